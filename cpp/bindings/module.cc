@@ -1,0 +1,250 @@
+// pyckpt._core: the Python binding of the C++ core.
+//
+// Every function has one shape: parse arguments into native structs (GIL
+// held) -> release the GIL -> run the core -> reacquire -> convert the result
+// or raise through RaiseIfError (status_to_python.h).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "convert.h"
+#include "pyckpt/copy.h"
+#include "pyckpt/crc32c.h"
+#include "pyckpt/layout.h"
+#include "pyckpt/parallel.h"
+#include "pyckpt/shard_reader.h"
+#include "pyckpt/shard_writer.h"
+#include "status_to_python.h"
+
+namespace py = pybind11;
+
+namespace pyckpt {
+namespace binding {
+namespace {
+
+// Buffers smaller than this are checksummed without releasing the GIL.
+constexpr size_t kReleaseThreshold = 64 * 1024;
+
+uint32_t Crc32c(const py::buffer& data, uint32_t crc) {
+  py::buffer_info info = data.request();
+  const size_t n = static_cast<size_t>(info.size * info.itemsize);
+  if (n < kReleaseThreshold) return crc32c::Extend(crc, info.ptr, n);
+  py::gil_scoped_release release;
+  return crc32c::Extend(crc, info.ptr, n);
+}
+
+py::object Crc32cHardware(const py::buffer& data, uint32_t crc) {
+  py::buffer_info info = data.request();
+  uint32_t out = 0;
+  bool ok;
+  {
+    py::gil_scoped_release release;
+    ok = crc32c::ExtendHardware(crc, info.ptr, static_cast<size_t>(info.size * info.itemsize), &out);
+  }
+  if (!ok) return py::none();
+  return py::int_(out);
+}
+
+uint32_t Crc32cPortable(const py::buffer& data, uint32_t crc) {
+  py::buffer_info info = data.request();
+  py::gil_scoped_release release;
+  return crc32c::ExtendPortable(crc, info.ptr, static_cast<size_t>(info.size * info.itemsize));
+}
+
+py::tuple PlanLayoutPy(const py::handle& nbytes_obj, uint32_t num_files, uint64_t alignment) {
+  auto arr = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(nbytes_obj);
+  if (!arr || arr.ndim() != 1) throw py::type_error("nbytes must be a 1-d integer array");
+  std::vector<uint64_t> nbytes(arr.data(), arr.data() + arr.shape(0));
+  Layout layout;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = PlanLayout(nbytes, num_files, alignment, &layout);
+  }
+  RaiseIfError(st);
+  return py::make_tuple(ToNumpy(std::move(layout.file)), ToNumpy(std::move(layout.offset)),
+                        py::cast(layout.file_sizes));
+}
+
+std::vector<ShardWriteItem> WriteItems(const std::vector<std::string>& keys, const py::list& arrays,
+                                       const py::handle& files, const py::handle& offsets) {
+  const size_t n = keys.size();
+  if (static_cast<size_t>(py::len(arrays)) != n)
+    throw py::value_error("keys and arrays differ in length");
+  std::vector<uint32_t> f = files.is_none() ? std::vector<uint32_t>(n, 0)
+                                            : IntVector<uint32_t>(files, n, "files");
+  std::vector<uint64_t> o = offsets.is_none() ? std::vector<uint64_t>(n, 0)
+                                              : IntVector<uint64_t>(offsets, n, "offsets");
+  std::vector<ShardWriteItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    items[i].key = keys[i];
+    items[i].src = ArrayView(arrays[i], /*writable=*/false, "tensor");
+    items[i].file = f[i];
+    items[i].offset = o[i];
+  }
+  return items;
+}
+
+py::tuple ChecksumTuple(ChecksumResult&& r) {
+  return py::make_tuple(ToNumpy(std::move(r.crcs)), ToNumpy(std::move(r.crc_begin)));
+}
+
+py::tuple WriteShardsPy(const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
+                        const std::vector<std::string>& keys, const py::list& arrays,
+                        const py::handle& files, const py::handle& offsets, uint64_t chunk_size,
+                        int threads, uint64_t piece_size, bool sync) {
+  std::vector<ShardWriteItem> items = WriteItems(keys, arrays, files, offsets);
+  ShardWriteOptions opt;
+  opt.chunk_size = chunk_size;
+  opt.threads = threads;
+  opt.piece_size = piece_size;
+  opt.sync = sync;
+  ChecksumResult result;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = WriteShardFiles(paths, sizes, items, opt, &result);
+  }
+  RaiseIfError(st);
+  return ChecksumTuple(std::move(result));
+}
+
+py::tuple ComputeChecksumsPy(const std::vector<std::string>& keys, const py::list& arrays,
+                             uint64_t chunk_size, int threads) {
+  std::vector<ShardWriteItem> items = WriteItems(keys, arrays, py::none(), py::none());
+  ShardWriteOptions opt;
+  opt.chunk_size = chunk_size;
+  opt.threads = threads;
+  ChecksumResult result;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = ComputeChecksums(items, opt, &result);
+  }
+  RaiseIfError(st);
+  return ChecksumTuple(std::move(result));
+}
+
+void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers,
+                  const std::vector<uint64_t>& bases, const std::vector<std::string>& keys,
+                  const py::handle& sources, const py::handle& offsets, const py::handle& nbytes,
+                  const py::handle& crcs_obj, const py::handle& crc_begin_obj, const py::list& dsts,
+                  uint64_t chunk_size, int threads, bool verify, uint64_t piece_size,
+                  uint64_t max_gap) {
+  const size_t ns = names.size();
+  if (static_cast<size_t>(py::len(buffers)) != ns || bases.size() != ns)
+    throw py::value_error("names, buffers and bases differ in length");
+  std::vector<ShardSource> srcs(ns);
+  std::vector<py::buffer_info> held;  // keeps exported buffers alive during the read
+  held.reserve(ns);
+  for (size_t s = 0; s < ns; ++s) {
+    srcs[s].name = names[s];
+    py::handle b = buffers[s];
+    if (b.is_none()) continue;
+    held.push_back(py::reinterpret_borrow<py::buffer>(b).request());
+    srcs[s].in_memory = true;
+    srcs[s].data = static_cast<const char*>(held.back().ptr);
+    srcs[s].base = bases[s];
+    srcs[s].size = static_cast<uint64_t>(held.back().size * held.back().itemsize);
+  }
+  const size_t n = keys.size();
+  if (static_cast<size_t>(py::len(dsts)) != n) throw py::value_error("keys and dsts differ in length");
+  std::vector<uint32_t> src_idx = IntVector<uint32_t>(sources, n, "sources");
+  std::vector<uint64_t> off = IntVector<uint64_t>(offsets, n, "offsets");
+  std::vector<uint64_t> len = IntVector<uint64_t>(nbytes, n, "nbytes");
+  std::vector<uint64_t> crc_begin = IntVector<uint64_t>(crc_begin_obj, n + 1, "crc_begin");
+  auto crcs = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>::ensure(crcs_obj);
+  if (!crcs || crcs.ndim() != 1) throw py::type_error("crcs must be a 1-d integer array");
+  const uint64_t ncrcs = static_cast<uint64_t>(crcs.shape(0));
+  std::vector<ShardReadItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    ShardReadItem& it = items[i];
+    it.key = keys[i];
+    it.source = src_idx[i];
+    it.offset = off[i];
+    it.nbytes = len[i];
+    const uint64_t want = (len[i] + chunk_size - 1) / (chunk_size ? chunk_size : 1);
+    if (crc_begin[i] > ncrcs || crc_begin[i + 1] > ncrcs || crc_begin[i + 1] < crc_begin[i] ||
+        crc_begin[i + 1] - crc_begin[i] != want)
+      throw py::value_error("tensor '" + keys[i] + "' has the wrong number of checksums");
+    it.crcs = crcs.data() + crc_begin[i];
+    py::handle d = dsts[i];
+    if (!d.is_none()) {
+      it.has_dst = true;
+      it.dst = ArrayView(d, /*writable=*/true, "destination array");
+    }
+  }
+  ShardReadOptions opt;
+  opt.chunk_size = chunk_size;
+  opt.threads = threads;
+  opt.verify = verify;
+  opt.piece_size = piece_size;
+  opt.max_gap = max_gap;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = ReadShards(srcs, items, opt);
+  }
+  RaiseIfError(st);
+}
+
+void CopyArraysPy(const py::list& srcs, const py::list& dsts, int threads) {
+  const size_t n = static_cast<size_t>(py::len(srcs));
+  if (static_cast<size_t>(py::len(dsts)) != n) throw py::value_error("srcs and dsts differ in length");
+  std::vector<TensorView> s(n), d(n);
+  for (size_t i = 0; i < n; ++i) {
+    s[i] = ArrayView(srcs[i], false, "source array");
+    d[i] = ArrayView(dsts[i], true, "destination array");
+  }
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = CopyTensors(s, d, threads);
+  }
+  RaiseIfError(st);
+}
+
+}  // namespace
+}  // namespace binding
+}  // namespace pyckpt
+
+PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
+  using namespace pyckpt::binding;
+  m.doc() = "pyckpt's C++ core: CRC32C, shard layout, parallel verified shard I/O, parallel copies.";
+
+  m.def("crc32c", &Crc32c, py::arg("data"), py::arg("crc") = 0,
+        "CRC-32C of a buffer, continuing from `crc` (fastest implementation available).");
+  m.def("crc32c_portable", &Crc32cPortable, py::arg("data"), py::arg("crc") = 0,
+        "CRC-32C computed with the portable table implementation.");
+  m.def("crc32c_hardware", &Crc32cHardware, py::arg("data"), py::arg("crc") = 0,
+        "CRC-32C computed with the SSE4.2 implementation, or None without SSE4.2.");
+  m.def("crc32c_combine", &pyckpt::crc32c::Combine, py::arg("crc_a"), py::arg("crc_b"),
+        py::arg("len_b"), "CRC-32C of A||B from CRC(A), CRC(B) and len(B).");
+  m.def("crc32c_mask", &pyckpt::crc32c::Mask, py::arg("crc"), "Masked form of a CRC for storage.");
+  m.def("crc32c_unmask", &pyckpt::crc32c::Unmask, py::arg("masked"), "Inverse of crc32c_mask.");
+  m.def("crc32c_implementation", &pyckpt::crc32c::Implementation,
+        "Name of the CRC-32C implementation in use: 'sse4.2' or 'portable'.");
+  m.def("default_threads", &pyckpt::DefaultThreads,
+        "Worker threads used when a call passes threads <= 0.");
+  m.def("plan_layout", &PlanLayoutPy, py::arg("nbytes"), py::arg("num_files"),
+        py::arg("alignment"),
+        "Places tensors into files: returns (file[uint32], offset[uint64], file_sizes).");
+  m.def("write_shards", &WriteShardsPy, py::arg("paths"), py::arg("file_sizes"), py::arg("keys"),
+        py::arg("arrays"), py::arg("files"), py::arg("offsets"), py::arg("chunk_size"),
+        py::arg("threads") = 0, py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
+        "Writes arrays into new shard files; returns (masked chunk crcs, crc_begin).");
+  m.def("compute_checksums", &ComputeChecksumsPy, py::arg("keys"), py::arg("arrays"),
+        py::arg("chunk_size"), py::arg("threads") = 0,
+        "Masked chunk CRCs of arrays without writing; returns (crcs, crc_begin).");
+  m.def("read_shards", &ReadShardsPy, py::arg("names"), py::arg("buffers"), py::arg("bases"),
+        py::arg("keys"), py::arg("sources"), py::arg("offsets"), py::arg("nbytes"),
+        py::arg("crcs"), py::arg("crc_begin"), py::arg("dsts"), py::arg("chunk_size"),
+        py::arg("threads") = 0, py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
+        py::arg("max_gap") = 64u << 10,
+        "Reads and verifies tensors from files (buffer None) or memory buffers into dsts.");
+  m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
+        "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");
+}

@@ -1,0 +1,43 @@
+// The one place where a C++ Status becomes a Python exception.
+//
+//   NotFound        -> pyckpt.errors.CheckpointNotFoundError (FileNotFoundError)
+//   Corruption      -> pyckpt.errors.CorruptCheckpointError  (ValueError)
+//   IOError         -> pyckpt.errors.CheckpointIOError        (OSError, with errno)
+//   InvalidArgument -> ValueError
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include "pyckpt/status.h"
+
+namespace pyckpt {
+namespace binding {
+
+namespace py = pybind11;
+
+// Call with the GIL held. Returns normally when s is OK.
+inline void RaiseIfError(const Status& s) {
+  if (s.ok()) return;
+  py::object errors = py::module_::import("pyckpt.errors");
+  py::object exc;
+  switch (s.code()) {
+    case Status::Code::kNotFound:
+      exc = errors.attr("CheckpointNotFoundError")(s.message());
+      break;
+    case Status::Code::kCorruption:
+      exc = errors.attr("CorruptCheckpointError")(s.message());
+      break;
+    case Status::Code::kIOError:
+      exc = errors.attr("CheckpointIOError")(s.os_errno(), s.message());
+      break;
+    case Status::Code::kInvalidArgument:
+    default:
+      exc = py::reinterpret_borrow<py::object>(PyExc_ValueError)(s.message());
+      break;
+  }
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+}  // namespace binding
+}  // namespace pyckpt

@@ -1,0 +1,56 @@
+// Reading tensors back from shard data, verifying every chunk's CRC32C
+// (docs/FORMAT.md, "Shard files" and "Checksums").
+//
+// Contract: for every item, the bytes at [offset, offset+nbytes) of its source
+// are read, each chunk's CRC is checked against the item's masked CRCs
+// (ceil(nbytes / chunk_size) of them), and the bytes are copied into dst (when
+// given). A contiguous dst is read into directly (no intermediate copy); a
+// strided one goes through a scratch buffer. Sources are either files (pread)
+// or memory (an mmap or downloaded ranges; read in place without copying).
+// Errors name the key, the source and the byte range: Corruption for a CRC
+// mismatch or a source too short, NotFound for a missing file, IOError else.
+// On error, destinations may hold partial data.
+// Thread-safety: one call uses up to options.threads threads of its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pyckpt/status.h"
+#include "pyckpt/tensor_view.h"
+
+namespace pyckpt {
+
+struct ShardReadItem {
+  std::string key;
+  uint32_t source = 0;
+  uint64_t offset = 0;  // in the source's coordinates (file offset)
+  uint64_t nbytes = 0;
+  const uint32_t* crcs = nullptr;  // masked, NumChunks(nbytes) of them
+  bool has_dst = false;
+  TensorView dst;  // must hold exactly nbytes logical bytes when has_dst
+};
+
+// A source: a file path, or a memory range [data, data+size) holding the
+// file's bytes [base, base+size).
+struct ShardSource {
+  std::string name;  // path or URL, for messages and for opening files
+  bool in_memory = false;
+  const char* data = nullptr;
+  uint64_t base = 0;
+  uint64_t size = 0;
+};
+
+struct ShardReadOptions {
+  int threads = 0;
+  uint64_t chunk_size = 1u << 20;
+  uint64_t piece_size = 8u << 20;
+  uint64_t max_gap = 64u << 10;  // small tensors closer than this share a read
+  bool verify = true;
+};
+
+Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<ShardReadItem>& items,
+                  const ShardReadOptions& options);
+
+}  // namespace pyckpt

@@ -1,0 +1,158 @@
+#include "pyckpt/shard_writer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "file_io.h"
+#include "pieces.h"
+#include "pyckpt/crc32c.h"
+#include "pyckpt/parallel.h"
+#include "scratch.h"
+
+namespace pyckpt {
+namespace {
+
+uint64_t RoundPiece(const ShardWriteOptions& o) {
+  uint64_t p = std::max<uint64_t>(o.piece_size, o.chunk_size);
+  return p / o.chunk_size * o.chunk_size;
+}
+
+Status CheckOptions(const ShardWriteOptions& o) {
+  if (o.chunk_size == 0) return Status::InvalidArgument("chunk_size must be positive");
+  return Status::OK();
+}
+
+Status CheckItems(const std::vector<ShardWriteItem>& items) {
+  for (const auto& it : items) PYCKPT_RETURN_IF_ERROR(ValidateView(it.src, "tensor '" + it.key + "'"));
+  return Status::OK();
+}
+
+std::vector<Span> Spans(const std::vector<ShardWriteItem>& items) {
+  std::vector<Span> spans(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    spans[i] = Span{items[i].file, items[i].offset, items[i].src.NumBytes()};
+  return spans;
+}
+
+void AllocateCrcs(const std::vector<Span>& spans, uint64_t chunk, ChecksumResult* r) {
+  r->crc_begin.assign(spans.size() + 1, 0);
+  for (size_t i = 0; i < spans.size(); ++i)
+    r->crc_begin[i + 1] = r->crc_begin[i] + NumChunks(spans[i].nbytes, chunk);
+  r->crcs.assign(r->crc_begin.back(), 0);
+}
+
+// Produces the bytes of one piece (pointing into the tensor when possible)
+// and records the CRCs of the chunks it covers.
+Status PreparePiece(const Piece& p, const std::vector<ShardWriteItem>& items,
+                    const PiecePlan& plan, uint64_t chunk, ScratchBuffer& scratch,
+                    ChecksumResult* r, const char** out) {
+  if (!p.run) {
+    const ShardWriteItem& it = items[p.item];
+    const uint64_t n = p.end - p.begin;
+    const char* data;
+    if (it.src.IsContiguous()) {
+      data = it.src.data + p.item_begin;
+    } else {
+      char* buf = scratch.Get(n);
+      if (!buf) return Status::IOError("out of memory for a scratch buffer");
+      GatherRange(it.src, p.item_begin, n, buf);
+      data = buf;
+    }
+    ChunkChecksums(data, p.item_begin, n, chunk, &r->crcs[r->crc_begin[p.item]]);
+    *out = data;
+    return Status::OK();
+  }
+  char* buf = scratch.Get(p.end - p.begin);
+  if (!buf) return Status::IOError("out of memory for a scratch buffer");
+  uint64_t pos = p.begin;
+  for (size_t k = p.run_first; k < p.run_last; ++k) {
+    const ShardWriteItem& it = items[plan.order[k]];
+    const uint64_t n = it.src.NumBytes();
+    if (it.offset > pos) std::memset(buf + (pos - p.begin), 0, it.offset - pos);  // padding
+    char* dst = buf + (it.offset - p.begin);
+    GatherRange(it.src, 0, n, dst);
+    r->crcs[r->crc_begin[plan.order[k]]] = crc32c::Mask(crc32c::Value(dst, n));
+    pos = it.offset + n;
+  }
+  *out = buf;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status WriteShardFiles(const std::vector<std::string>& files,
+                       const std::vector<uint64_t>& file_sizes,
+                       const std::vector<ShardWriteItem>& items, const ShardWriteOptions& options,
+                       ChecksumResult* result) {
+  PYCKPT_RETURN_IF_ERROR(CheckOptions(options));
+  PYCKPT_RETURN_IF_ERROR(CheckItems(items));
+  if (file_sizes.size() != files.size())
+    return Status::InvalidArgument("one size is needed per shard file");
+  std::vector<Span> spans = Spans(items);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    if (s.nbytes == 0) continue;
+    if (s.file >= files.size() || s.offset > file_sizes[s.file] ||
+        s.nbytes > file_sizes[s.file] - s.offset)
+      return Status::InvalidArgument("tensor '" + items[i].key + "' is placed outside its file");
+  }
+  const uint64_t chunk = options.chunk_size;
+  AllocateCrcs(spans, chunk, result);
+  PiecePlan plan = PlanPieces(spans, chunk, RoundPiece(options), /*max_gap=*/chunk);
+
+  std::vector<File> fds(files.size());
+  for (size_t f = 0; f < files.size(); ++f) {
+    PYCKPT_RETURN_IF_ERROR(fds[f].OpenNew(files[f]));
+    PYCKPT_RETURN_IF_ERROR(fds[f].Truncate(file_sizes[f]));
+  }
+  int threads = options.threads > 0 ? options.threads : DefaultThreads();
+  ScratchSet scratch(threads);
+  PYCKPT_RETURN_IF_ERROR(ParallelFor(plan.pieces.size(), threads, [&](size_t i, int w) {
+    const Piece& p = plan.pieces[i];
+    const char* data = nullptr;
+    PYCKPT_RETURN_IF_ERROR(PreparePiece(p, items, plan, chunk, scratch[w], result, &data));
+    PYCKPT_RETURN_IF_ERROR(fds[p.file].PWrite(data, p.end - p.begin, p.begin));
+    if (options.sync && options.early_writeback) fds[p.file].StartWriteback(p.begin, p.end - p.begin);
+    return Status::OK();
+  }));
+  if (options.sync) {
+    PYCKPT_RETURN_IF_ERROR(ParallelFor(fds.size(), threads, [&](size_t f, int) { return fds[f].Sync(); }));
+  }
+  for (auto& fd : fds) PYCKPT_RETURN_IF_ERROR(fd.Close());
+  return Status::OK();
+}
+
+Status ComputeChecksums(const std::vector<ShardWriteItem>& items, const ShardWriteOptions& options,
+                        ChecksumResult* result) {
+  PYCKPT_RETURN_IF_ERROR(CheckOptions(options));
+  PYCKPT_RETURN_IF_ERROR(CheckItems(items));
+  // Each item as its own "file" so no runs form; slices still split big ones.
+  std::vector<Span> spans(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    spans[i] = Span{static_cast<uint32_t>(i), 0, items[i].src.NumBytes()};
+  const uint64_t chunk = options.chunk_size;
+  AllocateCrcs(spans, chunk, result);
+  PiecePlan plan = PlanPieces(spans, chunk, RoundPiece(options), 0);
+  int threads = options.threads > 0 ? options.threads : DefaultThreads();
+  ScratchSet scratch(threads);
+  return ParallelFor(plan.pieces.size(), threads, [&](size_t i, int w) {
+    const Piece& p = plan.pieces[i];
+    if (p.run) {  // a single small item
+      const ShardWriteItem& it = items[plan.order[p.run_first]];
+      const uint64_t n = it.src.NumBytes();
+      const char* data = it.src.data;
+      if (!it.src.IsContiguous()) {
+        char* buf = scratch[w].Get(n);
+        if (!buf) return Status::IOError("out of memory for a scratch buffer");
+        GatherRange(it.src, 0, n, buf);
+        data = buf;
+      }
+      result->crcs[result->crc_begin[plan.order[p.run_first]]] = crc32c::Mask(crc32c::Value(data, n));
+      return Status::OK();
+    }
+    const char* unused = nullptr;
+    return PreparePiece(p, items, plan, chunk, scratch[w], result, &unused);
+  });
+}
+
+}  // namespace pyckpt

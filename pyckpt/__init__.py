@@ -1,0 +1,53 @@
+"""pyckpt: fast, verified, distributed checkpoints for machine-learning training state.
+
+Public API (see API.md / README.md):
+
+- values: :class:`Variable`, :class:`ShardedArray`
+- name-based checkpoints: :func:`save`, :func:`load`
+- inspection: :func:`load_checkpoint`, :func:`list_variables`, :func:`load_variable`,
+  :func:`latest_checkpoint`
+- errors: :class:`CheckpointError`, :class:`CorruptCheckpointError`,
+  :class:`CheckpointNotFoundError`
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .checkpoint_reader import (
+    CheckpointReader,
+    latest_checkpoint,
+    list_variables,
+    load_checkpoint,
+    load_variable,
+)
+from .errors import (
+    CheckpointError,
+    CheckpointIOError,
+    CheckpointKeyError,
+    CheckpointNotFoundError,
+    ConcurrentWriterError,
+    CorruptCheckpointError,
+)
+from .flat import load, save
+from .sharded import ShardedArray
+from .variables import Variable
+
+__all__ = [
+    "__version__",
+    "Variable",
+    "ShardedArray",
+    "save",
+    "load",
+    "CheckpointReader",
+    "load_checkpoint",
+    "list_variables",
+    "load_variable",
+    "latest_checkpoint",
+    "CheckpointError",
+    "CorruptCheckpointError",
+    "CheckpointNotFoundError",
+    "CheckpointIOError",
+    "CheckpointKeyError",
+    "ConcurrentWriterError",
+]

@@ -1,0 +1,35 @@
+"""Names of the files inside a checkpoint (docs/FORMAT.md, "Directory layout")."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from ..format import INDEX_NAME
+
+__all__ = ["INDEX_NAME", "new_attempt_id", "data_file_name", "is_data_file", "parse_step"]
+
+_DATA = re.compile(r"^data-[0-9a-f]{12}-[0-9]{5}-[0-9]{4}\.bin$")
+
+
+def new_attempt_id() -> str:
+    """A random id shared by every file one save attempt writes."""
+    return secrets.token_hex(6)
+
+
+def data_file_name(attempt: str, rank: int, index: int) -> str:
+    return f"data-{attempt}-{rank:05d}-{index:04d}.bin"
+
+
+def is_data_file(name: str) -> bool:
+    return bool(_DATA.match(name))
+
+
+def parse_step(name: str, prefix: str) -> int | None:
+    """N for a name ``<prefix>-<N>``, else None."""
+    if not name.startswith(prefix + "-"):
+        return None
+    tail = name[len(prefix) + 1:]
+    if not tail.isdigit() or not tail.isascii():
+        return None
+    return int(tail)

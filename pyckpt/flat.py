@@ -1,0 +1,161 @@
+"""Name-based (flat / pytree) checkpoints: ``pyckpt.save`` and ``pyckpt.load``
+(API.md section 5)."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from .errors import CheckpointKeyError
+from .engine.reader import OpenCheckpoint, open_checkpoint
+from .engine.writer import save_tensors
+from .storage import resolve
+from .tree import flatten, nest_flat, skeleton_keys, unflatten, validate_key, _rebuild_leaf
+from .variables import Variable
+
+__all__ = ["save", "load"]
+
+
+def save(tree: Any, path: Any, *, metadata: dict | None = None,
+         storage_options: dict | None = None, comm: Any = None) -> str:
+    """Saves a nested dict/list/tuple of arrays as a committed checkpoint at ``path``.
+
+    Keys are the ``/``-joined container path (``layers/0/w``). Returns the
+    path (as given, with its scheme). Returns only after data and index are
+    durable. Saving over an existing checkpoint replaces it atomically.
+    """
+    from .dist import resolve_comm
+
+    comm = resolve_comm(comm)
+    leaves, skeleton = flatten(tree)
+    store, p = resolve(path, storage_options)
+    if comm is not None and comm.world_size > 1:
+        from .dist.save import distributed_save
+
+        distributed_save(comm, store, p, [(lf.key, lf.obj) for lf in leaves], tree=skeleton,
+                         metadata=metadata)
+    else:
+        save_tensors(store, p, [(lf.key, lf.array) for lf in leaves], tree=skeleton,
+                     metadata=metadata)
+    return str(path) if not hasattr(path, "__fspath__") else str(path.__fspath__())
+
+
+# ---------------------------------------------------------------------------
+# load
+# ---------------------------------------------------------------------------
+
+def _is_pattern(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def select_keys(keys: list[str], select: Any) -> list[str]:
+    """Keys matching ``select``: exact keys, subtree prefixes or glob patterns."""
+    if isinstance(select, str):
+        select = [select]
+    wanted: set[str] = set()
+    missing = []
+    for s in select:
+        if not isinstance(s, str):
+            raise TypeError(f"select entries must be strings, got {s!r}")
+        if _is_pattern(s):
+            hits = [k for k in keys if fnmatch.fnmatchcase(k, s)]
+        elif s in keys:
+            hits = [s]
+        else:
+            prefix = s.rstrip("/") + "/"
+            hits = [k for k in keys if k.startswith(prefix)]
+        if not hits:
+            missing.append(s)
+        wanted.update(hits)
+    if missing:
+        raise CheckpointKeyError(f"select matched no key for: {', '.join(map(repr, missing))}")
+    return [k for k in keys if k in wanted]
+
+
+def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
+    """checkpoint key -> target key (keys mapped to None are dropped)."""
+    out: dict[str, str] = {}
+    if key_map is None:
+        return {k: k for k in keys}
+    fn: Callable[[str], Any]
+    if isinstance(key_map, Mapping):
+        fn = lambda k: key_map.get(k, k)  # noqa: E731
+    elif callable(key_map):
+        fn = key_map
+    else:
+        raise TypeError("key_map must be a dict or a callable")
+    targets: dict[str, str] = {}
+    for k in keys:
+        t = fn(k)
+        if t is None:
+            continue
+        validate_key(t)
+        if t in targets:
+            raise ValueError(f"key_map maps both {targets[t]!r} and {k!r} to {t!r}")
+        targets[t] = k
+        out[k] = t
+    return out
+
+
+def _kinds(ck: OpenCheckpoint) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    if ck.manifest.tree is None:
+        return kinds
+    stack = [ck.manifest.tree]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if node.get("t") == "tensor":
+            kinds[node.get("key")] = node.get("as", "ndarray")
+        elif node.get("t") == "dict":
+            stack.extend(v for _, v in node.get("items", []))
+        elif node.get("t") in ("list", "tuple"):
+            stack.extend(node.get("items", []))
+    return kinds
+
+
+def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
+         mmap: bool = False, storage_options: dict | None = None, comm: Any = None) -> Any:
+    """Loads a checkpoint (see API.md section 5 for every mode)."""
+    ck = open_checkpoint(path, storage_options)
+    keys = list(ck.manifest.tensors)
+    if select is not None:
+        keys = select_keys(keys, select)
+    mapping = map_keys(keys, key_map)
+    if into is not None:
+        from .load_into import load_into
+
+        return load_into(ck, into, mapping)
+
+    tree = ck.manifest.tree
+    if select is None and key_map is None and tree is not None:
+        wanted = list(dict.fromkeys(skeleton_keys(tree)))
+        values = _read_values(ck, wanted, mmap)
+        try:
+            return unflatten(tree, values)
+        except (KeyError, ValueError, TypeError) as e:
+            from .errors import CorruptCheckpointError
+
+            raise CorruptCheckpointError(f"checkpoint {ck.url}: malformed tree: {e}") from None
+    values = _read_values(ck, list(mapping), mmap)
+    kinds = _kinds(ck)
+    flat = {mapping[k]: _rebuild_leaf(kinds.get(k, "ndarray"), v) for k, v in values.items()}
+    return nest_flat(flat)
+
+
+def _read_values(ck: OpenCheckpoint, keys: list[str], mmap: bool) -> dict[str, np.ndarray]:
+    entries = [ck.entry(k) for k in keys]
+    plain = [e for e in entries if not e.sharded]
+    out: dict[str, np.ndarray] = {}
+    if plain:
+        arrays = ck.mmap(plain) if mmap else ck.read_new(plain)
+        out.update(zip((e.key for e in plain), arrays))
+    sharded = [e for e in entries if e.sharded]
+    if sharded:
+        from .engine.sharded_read import read_whole
+
+        out.update(read_whole(ck, sharded))
+    return {k: out[k] for k in keys}

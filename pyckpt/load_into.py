@@ -1,0 +1,133 @@
+"""``pyckpt.load(path, into=...)``: filling an existing tree of arrays in place.
+
+The layout of ``into`` decides what is read. Every problem (a key missing from
+the checkpoint, a shape or dtype mismatch, a read-only target) is found and
+reported, all at once, before any byte is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .engine.reader import OpenCheckpoint
+from .errors import CheckpointKeyError
+from .tree import _join, _rebuild_leaf, as_array_leaf
+from .variables import Variable
+
+# Adapters register converters for foreign in-place targets (torch tensors):
+# fn(obj) -> writable np.ndarray view | None.
+_INTO_CONVERTERS: list[Callable[[Any], "np.ndarray | None"]] = []
+
+
+def register_into_converter(fn: Callable[[Any], "np.ndarray | None"]) -> None:
+    if fn not in _INTO_CONVERTERS:
+        _INTO_CONVERTERS.append(fn)
+
+
+class Target:
+    __slots__ = ("key", "array", "setter", "kind", "sharded")
+
+    def __init__(self, key: str, array: np.ndarray | None, setter: Callable | None, kind: str,
+                 sharded: Any = None) -> None:
+        self.key = key
+        self.array = array      # filled in place, or None
+        self.setter = setter    # replaces an immutable leaf in its container
+        self.kind = kind
+        self.sharded = sharded  # a ShardedArray target
+
+
+def _writable_view(obj: Any) -> np.ndarray | None:
+    if isinstance(obj, np.ndarray):
+        return obj
+    if isinstance(obj, Variable):
+        return obj._value
+    for conv in _INTO_CONVERTERS:
+        arr = conv(obj)
+        if arr is not None:
+            return arr
+    return None
+
+
+def collect_targets(into: Any) -> list[Target]:
+    from .sharded import ShardedArray
+
+    out: list[Target] = []
+
+    def walk(node: Any, key: str, setter: Callable | None) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, _join(key, k), lambda val, c=node, k=k: c.__setitem__(k, val))
+            return
+        if isinstance(node, (list, tuple)):
+            mutable = isinstance(node, list)
+            for i, v in enumerate(node):
+                walk(v, _join(key, i),
+                     (lambda val, c=node, i=i: c.__setitem__(i, val)) if mutable else None)
+            return
+        if isinstance(node, ShardedArray):
+            out.append(Target(key, None, None, "ndarray", sharded=node))
+            return
+        view = _writable_view(node)
+        if view is not None:
+            out.append(Target(key, view, None, "ndarray"))
+            return
+        leaf = as_array_leaf(node)
+        if leaf is not None:  # an immutable scalar: replaced in its container
+            if setter is None:
+                raise TypeError(f"cannot restore {key!r} in place: a {type(node).__name__} "
+                                "inside a tuple (use a list or an array)")
+            out.append(Target(key, None, setter, leaf[1]))
+            return
+        if node is None or isinstance(node, (str, bytes)):
+            return  # static values are not read from the checkpoint
+        raise TypeError(f"cannot load into a {type(node).__name__} at {key!r}")
+
+    walk(into, "", None)
+    return out
+
+
+def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
+    targets = collect_targets(into)
+    source = {t: k for k, t in mapping.items()}
+    missing = [t.key for t in targets if t.key not in source]
+    if missing:
+        raise CheckpointKeyError(
+            f"{len(missing)} key(s) of `into` are not in checkpoint {ck.url}: "
+            + ", ".join(map(repr, missing)))
+    problems = []
+    plain_entries, plain_dsts, fresh = [], [], []
+    sharded_jobs = []
+    for t in targets:
+        e = ck.entry(source[t.key])
+        if t.sharded is not None:
+            problems.extend(t.sharded.check_against(e, t.key))
+            sharded_jobs.append((e, t.sharded))
+            continue
+        if t.array is None:
+            if e.shape != () or e.sharded:
+                problems.append(f"{t.key!r}: checkpoint holds shape {e.shape}, target is a scalar")
+            fresh.append((t, e))
+            continue
+        if tuple(t.array.shape) != e.shape or t.array.dtype != e.dtype:
+            problems.append(f"{t.key!r}: checkpoint has shape {e.shape} dtype {e.dtype.name}, "
+                            f"target has shape {tuple(t.array.shape)} dtype {t.array.dtype.name}")
+        elif not t.array.flags.writeable:
+            problems.append(f"{t.key!r}: target array is read-only")
+        elif e.sharded:
+            sharded_jobs.append((e, t.array))
+        else:
+            plain_entries.append(e)
+            plain_dsts.append(t.array)
+    if problems:
+        raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
+    scalars = ck.read_new([e for _, e in fresh])
+    ck.read(plain_entries, plain_dsts)
+    if sharded_jobs:
+        from .engine.sharded_read import read_into_targets
+
+        read_into_targets(ck, sharded_jobs)
+    for (t, _), arr in zip(fresh, scalars):
+        t.setter(_rebuild_leaf(t.kind, arr))
+    return into

@@ -1,0 +1,52 @@
+"""``pyckpt.ShardedArray``: one worker's block of a global array (API.md section 6)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["ShardedArray"]
+
+
+class ShardedArray:
+    """This worker's block ``local`` of a global array of ``global_shape``,
+    starting at index ``offsets`` in each dimension."""
+
+    __slots__ = ("local", "global_shape", "offsets")
+
+    def __init__(self, local: Any, global_shape: Sequence[int], offsets: Sequence[int]) -> None:
+        local_arr = local if isinstance(local, np.ndarray) else np.asarray(local)
+        gs = tuple(int(d) for d in global_shape)
+        off = tuple(int(o) for o in offsets)
+        if len(gs) != local_arr.ndim or len(off) != local_arr.ndim:
+            raise ValueError(f"ShardedArray: local block has rank {local_arr.ndim}, "
+                             f"global_shape {gs} and offsets {off} must match it")
+        for o, s, g in zip(off, local_arr.shape, gs):
+            if o < 0 or s < 0 or o + s > g:
+                raise ValueError(f"ShardedArray: block at {off} of shape {local_arr.shape} "
+                                 f"does not fit in {gs}")
+        self.local = local_arr
+        self.global_shape = gs
+        self.offsets = off
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.local.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.global_shape
+
+    def check_against(self, entry: Any, key: str) -> list[str]:
+        if entry.shape != self.global_shape or entry.dtype != self.local.dtype:
+            return [f"{key!r}: checkpoint has shape {entry.shape} dtype {entry.dtype.name}, "
+                    f"target is a block of global shape {self.global_shape} "
+                    f"dtype {self.local.dtype.name}"]
+        if not self.local.flags.writeable:
+            return [f"{key!r}: target block is read-only"]
+        return []
+
+    def __repr__(self) -> str:
+        return (f"ShardedArray(local shape={self.local.shape}, global_shape={self.global_shape}, "
+                f"offsets={self.offsets}, dtype={self.local.dtype.name})")

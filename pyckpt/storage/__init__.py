@@ -1,0 +1,30 @@
+"""Storage backends. ``resolve(path, storage_options)`` picks one for a path or URL."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .base import Store
+from .local import LocalStore
+
+__all__ = ["Store", "LocalStore", "resolve"]
+
+_LOCAL = LocalStore()
+
+
+def resolve(path: Any, storage_options: dict | None = None) -> tuple[Store, str]:
+    """(store, path inside the store) for a local path, ``file://`` URL or fsspec URL."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"a checkpoint path must be a str or os.PathLike, got {type(path).__name__}")
+    if not path:
+        raise ValueError("empty checkpoint path")
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    if "://" not in path:
+        return _LOCAL, os.path.abspath(os.path.expanduser(path))
+    from .fsspec_store import FsspecStore
+
+    return FsspecStore.for_url(path, storage_options)

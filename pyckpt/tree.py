@@ -1,0 +1,223 @@
+"""Flattening nested containers ("trees") into ``/``-joined keys and back.
+
+A tree is a nested ``dict`` / ``list`` / ``tuple`` whose leaves are arrays
+(ndarray, Variable, numpy or Python scalars, and adapter types such as torch
+tensors) or small static values (``str``, ``None``, ``bytes``). Keys are the
+path of container keys/indices joined by ``/`` (``layers/0/w``).
+
+The structure itself is kept as a JSON "skeleton" (docs/FORMAT.md, "Tree")
+so that ``load`` rebuilds exactly what was saved.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .variables import Variable
+
+__all__ = ["validate_key", "flatten", "unflatten", "nest_flat", "Leaf"]
+
+_MAX_DEPTH = 512
+
+
+def validate_key(key: str) -> str:
+    """Checks a flat key: ``/``-separated parts, none empty, ``.`` or ``..``.
+
+    Keys are names inside a checkpoint, never file paths, but they are still
+    refused when they look like a path escape so that no tool that maps keys
+    to files can be tricked.
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"checkpoint keys must be strings, got {type(key).__name__}: {key!r}")
+    if not key:
+        raise ValueError("empty checkpoint key")
+    if key.startswith("/"):
+        raise ValueError(f"checkpoint key {key!r} starts with '/'")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise ValueError(f"checkpoint key {key!r} has an empty, '.' or '..' component")
+    if "\x00" in key:
+        raise ValueError(f"checkpoint key {key!r} contains a NUL character")
+    return key
+
+
+# ---------------------------------------------------------------------------
+# Leaves
+# ---------------------------------------------------------------------------
+
+# Adapters register converters for foreign array types (torch, jax) here:
+# fn(obj) -> np.ndarray | None (None: not mine).
+_LEAF_CONVERTERS: list[Callable[[Any], "np.ndarray | None"]] = []
+
+
+def register_leaf_converter(fn: Callable[[Any], "np.ndarray | None"]) -> None:
+    if fn not in _LEAF_CONVERTERS:
+        _LEAF_CONVERTERS.append(fn)
+
+
+class Leaf:
+    """A leaf found while flattening: its key, the array to store and how to rebuild it."""
+
+    __slots__ = ("key", "array", "kind", "obj")
+
+    def __init__(self, key: str, array: np.ndarray, kind: str, obj: Any) -> None:
+        self.key = key
+        self.array = array
+        self.kind = kind  # "ndarray", "int", "float", "bool", "complex", "numpy_scalar"
+        self.obj = obj    # the original leaf object
+
+
+_PY_KINDS = {bool: ("bool", np.bool_), int: ("int", np.int64), float: ("float", np.float64),
+             complex: ("complex", np.complex128)}
+
+
+def as_array_leaf(obj: Any) -> tuple[np.ndarray, str] | None:
+    """(array, kind) when obj is an array-like leaf, else None."""
+    if isinstance(obj, np.ndarray):
+        return obj, "ndarray"
+    if isinstance(obj, Variable):
+        return obj._value, "ndarray"
+    t = type(obj)
+    if t in _PY_KINDS:
+        kind, dt = _PY_KINDS[t]
+        try:
+            return np.array(obj, dtype=dt), kind
+        except OverflowError:
+            raise ValueError(f"integer {obj} does not fit in int64") from None
+    if isinstance(obj, np.generic):
+        return np.asarray(obj), "numpy_scalar"
+    for conv in _LEAF_CONVERTERS:
+        arr = conv(obj)
+        if arr is not None:
+            return arr, "ndarray"
+    return None
+
+
+def _static(obj: Any) -> dict | None:
+    if obj is None or isinstance(obj, str):
+        return {"t": "value", "value": obj}
+    if isinstance(obj, (bytes, bytearray)):
+        return {"t": "bytes", "b64": base64.b64encode(bytes(obj)).decode("ascii")}
+    return None
+
+
+def _join(prefix: str, part: Any) -> str:
+    if isinstance(part, bool) or not isinstance(part, (str, int)):
+        raise TypeError(f"tree keys must be str or int, got {type(part).__name__} {part!r}"
+                        + (f" under {prefix!r}" if prefix else ""))
+    part = str(part)
+    return f"{prefix}/{part}" if prefix else part
+
+
+def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
+    """Returns the leaves (in tree order) and the JSON skeleton of ``tree``."""
+    leaves: list[Leaf] = []
+    seen: set[str] = set()
+
+    def walk(node: Any, key: str, depth: int) -> dict:
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"tree nested deeper than {_MAX_DEPTH} levels at {key!r}")
+        if isinstance(node, dict):
+            items = []
+            for k, v in node.items():
+                items.append([k, walk(v, _join(key, k), depth + 1)])
+            return {"t": "dict", "items": items}
+        if isinstance(node, (list, tuple)):
+            kind = "list" if isinstance(node, list) else "tuple"
+            return {"t": kind, "items": [walk(v, _join(key, i), depth + 1)
+                                         for i, v in enumerate(node)]}
+        leaf = as_array_leaf(node)
+        if leaf is not None:
+            if not key:
+                raise TypeError("the tree is a single array: give it a name, e.g. {'x': array}")
+            validate_key(key)
+            if key in seen:
+                raise ValueError(f"two leaves of the tree map to the same key {key!r}")
+            seen.add(key)
+            arr, kind = leaf
+            leaves.append(Leaf(key, arr, kind, node))
+            return {"t": "tensor", "key": key, "as": kind}
+        static = _static(node)
+        if static is not None:
+            return static
+        raise TypeError(f"cannot save a {type(node).__module__}.{type(node).__qualname__} "
+                        f"at {key or '<root>'!r}: leaves must be arrays, Variables, numbers, "
+                        "str, bytes or None")
+
+    skeleton = walk(tree, prefix, 0)
+    return leaves, skeleton
+
+
+def _rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
+    if kind == "ndarray":
+        return arr
+    if kind == "numpy_scalar":
+        return arr[()]
+    if kind in ("int", "float", "bool", "complex"):
+        return {"int": int, "float": float, "bool": bool, "complex": complex}[kind](arr[()])
+    raise ValueError(f"unknown leaf kind {kind!r}")
+
+
+def unflatten(skeleton: dict, values: dict[str, np.ndarray]) -> Any:
+    """Rebuilds the saved structure from its skeleton and the loaded arrays."""
+
+    def build(node: Any, depth: int) -> Any:
+        if depth > _MAX_DEPTH or not isinstance(node, dict):
+            raise ValueError("malformed tree skeleton")
+        t = node.get("t")
+        if t == "dict":
+            return {k: build(v, depth + 1) for k, v in node["items"]}
+        if t == "list":
+            return [build(v, depth + 1) for v in node["items"]]
+        if t == "tuple":
+            return tuple(build(v, depth + 1) for v in node["items"])
+        if t == "tensor":
+            return _rebuild_leaf(node["as"], values[node["key"]])
+        if t == "value":
+            return node["value"]
+        if t == "bytes":
+            return base64.b64decode(node["b64"])
+        raise ValueError(f"malformed tree skeleton node {t!r}")
+
+    return build(skeleton, 0)
+
+
+def skeleton_keys(skeleton: dict) -> Iterator[str]:
+    """The tensor keys a skeleton references, in order."""
+    stack = [skeleton]
+    while stack:
+        node = stack.pop()
+        t = node.get("t") if isinstance(node, dict) else None
+        if t == "tensor":
+            yield node["key"]
+        elif t == "dict":
+            stack.extend(v for _, v in reversed(node["items"]))
+        elif t in ("list", "tuple"):
+            stack.extend(reversed(node["items"]))
+
+
+def nest_flat(flat: dict[str, Any]) -> dict:
+    """``{"a/b": x, "a/c": y}`` -> ``{"a": {"b": x, "c": y}}``.
+
+    A key that is both a leaf and a prefix of another key keeps the leaf under
+    its full flat key at that level (so nothing is lost).
+    """
+    out: dict = {}
+    for key, value in flat.items():
+        parts = key.split("/")
+        node = out
+        ok = True
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                ok = False
+                break
+            node = nxt
+        if ok and not isinstance(node.get(parts[-1]), dict):
+            node[parts[-1]] = value
+        else:
+            out[key] = value
+    return out
