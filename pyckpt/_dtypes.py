@@ -49,10 +49,13 @@ def dtype_name(dtype: np.dtype) -> str:
         return f"{dtype.kind}{dtype.itemsize // (4 if dtype.kind == 'U' else 1)}"
     if dtype.kind in "Mm":
         return dtype.str[1:]
-    if dtype.kind == "V" and dtype.names is None and dtype.subdtype is None:
+    if dtype.names is None and dtype.subdtype is None and dtype.kind in "Vfiuc":
         ml = _ml_dtype_names().get(dtype.name)
         if ml is not None and ml == dtype:
             return dtype.name
+    if dtype.hasobject:
+        raise TypeError("pyckpt cannot store arrays of Python objects (dtype object); "
+                        "convert them to a fixed-size dtype")
     raise TypeError(f"pyckpt cannot store arrays of dtype {dtype!r} "
                     "(supported: bool, ints, floats, complex, bytes/str, datetime, ml_dtypes)")
 

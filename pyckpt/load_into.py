@@ -55,7 +55,7 @@ def collect_targets(into: Any) -> list[Target]:
 
     out: list[Target] = []
 
-    def walk(node: Any, key: str, setter: Callable | None) -> None:
+    def walk(node: Any, key: Any, setter: Callable | None) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 walk(v, _join(key, k), lambda val, c=node, k=k: c.__setitem__(k, val))
@@ -69,6 +69,9 @@ def collect_targets(into: Any) -> list[Target]:
         if isinstance(node, ShardedArray):
             out.append(Target(key, None, None, "ndarray", sharded=node))
             return
+        if key is None:
+            raise TypeError("`into` must be a dict, list or tuple of arrays (a tree), "
+                            f"not a single {type(node).__name__}")
         view = _writable_view(node)
         if view is not None:
             out.append(Target(key, view, None, "ndarray"))
@@ -84,7 +87,7 @@ def collect_targets(into: Any) -> list[Target]:
             return  # static values are not read from the checkpoint
         raise TypeError(f"cannot load into a {type(node).__name__} at {key!r}")
 
-    walk(into, "", None)
+    walk(into, None, None)
     return out
 
 

@@ -104,12 +104,12 @@ def _static(obj: Any) -> dict | None:
     return None
 
 
-def _join(prefix: str, part: Any) -> str:
+def _join(prefix: str | None, part: Any) -> str:
     if isinstance(part, bool) or not isinstance(part, (str, int)):
         raise TypeError(f"tree keys must be str or int, got {type(part).__name__} {part!r}"
                         + (f" under {prefix!r}" if prefix else ""))
     part = str(part)
-    return f"{prefix}/{part}" if prefix else part
+    return part if prefix is None else f"{prefix}/{part}"
 
 
 def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
@@ -117,7 +117,7 @@ def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
     leaves: list[Leaf] = []
     seen: set[str] = set()
 
-    def walk(node: Any, key: str, depth: int) -> dict:
+    def walk(node: Any, key: str | None, depth: int) -> dict:
         if depth > _MAX_DEPTH:
             raise ValueError(f"tree nested deeper than {_MAX_DEPTH} levels at {key!r}")
         if isinstance(node, dict):
@@ -131,7 +131,7 @@ def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
                                          for i, v in enumerate(node)]}
         leaf = as_array_leaf(node)
         if leaf is not None:
-            if not key:
+            if key is None:
                 raise TypeError("the tree is a single array: give it a name, e.g. {'x': array}")
             validate_key(key)
             if key in seen:
@@ -147,7 +147,7 @@ def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
                         f"at {key or '<root>'!r}: leaves must be arrays, Variables, numbers, "
                         "str, bytes or None")
 
-    skeleton = walk(tree, prefix, 0)
+    skeleton = walk(tree, prefix or None, 0)
     return leaves, skeleton
 
 

@@ -97,7 +97,7 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
   std::vector<Span> spans(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const ShardReadItem& it = items[i];
-    if (it.source >= sources.size())
+    if (it.nbytes > 0 && it.source >= sources.size())
       return Status::InvalidArgument("tensor '" + it.key + "' names a missing source");
     if (it.offset > UINT64_MAX - it.nbytes)
       return Status::Corruption("tensor '" + it.key + "': offset overflows");

@@ -143,6 +143,7 @@ class OpenCheckpoint:
 
     def read_new(self, entries: Sequence[TensorEntry]) -> list[np.ndarray]:
         """Reads tensors into newly allocated arrays."""
+        self.check_files(b.file for e in entries for b in e.blocks if b.nbytes)
         arrays = [np.empty(e.shape, dtype=e.dtype) for e in entries]
         self.read(entries, arrays)
         return arrays
