@@ -40,9 +40,20 @@ def _ml_dtype_names() -> dict[str, np.dtype]:
     return out
 
 
+_NAME_CACHE: dict[np.dtype, str] = {}
+
+
 def dtype_name(dtype: np.dtype) -> str:
     """The stored name of a dtype; TypeError for dtypes pyckpt cannot store."""
-    dtype = np.dtype(dtype)
+    name = _NAME_CACHE.get(dtype)
+    if name is None:
+        name = _dtype_name(np.dtype(dtype))
+        if len(_NAME_CACHE) < 4096:
+            _NAME_CACHE[dtype] = name
+    return name
+
+
+def _dtype_name(dtype: np.dtype) -> str:
     if dtype.name in _BUILTIN:
         return dtype.name
     if dtype.kind in "SU":

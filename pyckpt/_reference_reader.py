@@ -60,24 +60,34 @@ def read_all(directory: str) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint, assembled, with every chunk checksum checked."""
     doc = read_manifest(directory)
     chunk = doc["chunk_size"]
+    t, b, crcs = doc["tensors"], doc["blocks"], doc["crc32c"]
+    nblocks = t.get("nblocks", [1] * len(t["key"]))
+    boxes = b.get("box") or [None] * len(b["file"])
     out = {}
-    for key, t in doc["tensors"].items():
-        dtype = _dtype(t["dtype"])
-        full = np.zeros(t["shape"], dtype=dtype)
-        for b in t["blocks"]:
+    j = 0  # block index
+    c = 0  # crc index
+    for key, dname, shape, nb in zip(t["key"], t["dtype"], t["shape"], nblocks):
+        dtype = _dtype(dname)
+        full = np.zeros(shape, dtype=dtype)
+        for _ in range(nb):
+            nbytes = b["nbytes"][j]
             raw = b""
-            if b["nbytes"]:
-                with open(os.path.join(directory, doc["files"][b["file"]]["name"]), "rb") as f:
-                    f.seek(b["offset"])
-                    raw = f.read(b["nbytes"])
-            assert len(raw) == b["nbytes"], f"{key}: short read"
-            for i, want in enumerate(b["crc32c"]):
+            if nbytes:
+                with open(os.path.join(directory, doc["files"][b["file"][j]]["name"]), "rb") as f:
+                    f.seek(b["offset"][j])
+                    raw = f.read(nbytes)
+            assert len(raw) == nbytes, f"{key}: short read"
+            for i in range(-(-nbytes // chunk)):
                 got = mask(crc32c(raw[i * chunk:(i + 1) * chunk]))
-                assert got == want, f"{key}: chunk {i} checksum mismatch"
-            if "offsets" in b:
-                block = np.frombuffer(raw, dtype=dtype).reshape(b["shape"])
-                full[tuple(slice(o, o + s) for o, s in zip(b["offsets"], b["shape"]))] = block
+                assert got == crcs[c], f"{key}: chunk {i} checksum mismatch"
+                c += 1
+            if boxes[j] is not None:
+                offsets, bshape = boxes[j]
+                block = np.frombuffer(raw, dtype=dtype).reshape(bshape)
+                full[tuple(slice(o, o + s) for o, s in zip(offsets, bshape))] = block
             else:
-                full = np.frombuffer(raw, dtype=dtype).reshape(t["shape"]).copy()
+                full = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+            j += 1
         out[key] = full
+    assert c == len(crcs), "unused checksums"
     return out

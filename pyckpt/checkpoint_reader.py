@@ -3,6 +3,7 @@ list_variables, load_variable and latest_checkpoint."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,27 +39,30 @@ class CheckpointReader:
         return self._ck.manifest.graph
 
     def keys(self) -> list[str]:
-        return sorted(self._ck.manifest.tensors)
+        return sorted(self._ck.manifest.keys)
 
     def has_tensor(self, key: str) -> bool:
-        return key in self._ck.manifest.tensors
+        return key in self._ck.manifest.index
 
     def __contains__(self, key: object) -> bool:
-        return key in self._ck.manifest.tensors
+        return key in self._ck.manifest.index
 
     def get_variable_to_shape_map(self) -> dict[str, tuple[int, ...]]:
-        return {k: e.shape for k, e in sorted(self._ck.manifest.tensors.items())}
+        m = self._ck.manifest
+        return {k: m.shapes[i] for k, i in sorted(m.index.items())}
 
     def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
-        return {k: e.dtype for k, e in sorted(self._ck.manifest.tensors.items())}
+        m = self._ck.manifest
+        return {k: m.dtype(i) for k, i in sorted(m.index.items())}
 
     def get_tensor(self, key: str) -> np.ndarray:
-        from .flat import _read_values
+        from .flat import read_values
 
-        return _read_values(self._ck, [key], mmap=False)[key]
+        return read_values(self._ck, [key])[key]
 
     def nbytes(self) -> int:
-        return sum(e.nbytes for e in self._ck.manifest.tensors.values())
+        m = self._ck.manifest
+        return sum(math.prod(m.shapes[i]) * m.dtype(i).itemsize for i in range(len(m.keys)))
 
     def verify(self) -> None:
         """Reads every stored byte and checks every checksum; raises
@@ -74,8 +78,8 @@ def load_checkpoint(path: Any, *, storage_options: dict | None = None) -> Checkp
 
 
 def list_variables(path: Any, *, storage_options: dict | None = None) -> list[tuple[str, tuple[int, ...]]]:
-    ck = open_checkpoint(path, storage_options)
-    return [(k, e.shape) for k, e in sorted(ck.manifest.tensors.items())]
+    m = open_checkpoint(path, storage_options).manifest
+    return [(k, m.shapes[i]) for k, i in sorted(m.index.items())]
 
 
 def load_variable(path: Any, key: str, *, storage_options: dict | None = None) -> np.ndarray:

@@ -12,7 +12,7 @@ from .errors import CheckpointKeyError
 from .engine.reader import OpenCheckpoint, open_checkpoint
 from .engine.writer import save_tensors
 from .storage import resolve
-from .tree import flatten, nest_flat, skeleton_keys, unflatten, validate_key, _rebuild_leaf
+from .tree import flatten, nest_flat, rebuild_leaf, skeleton_leaves, unflatten, validate_key
 from .variables import Variable
 
 __all__ = ["save", "load"]
@@ -38,7 +38,7 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
                          metadata=metadata)
     else:
         save_tensors(store, p, [(lf.key, lf.array) for lf in leaves], tree=skeleton,
-                     metadata=metadata)
+                     metadata=metadata, keys_checked=True)
     return str(path) if not hasattr(path, "__fspath__") else str(path.__fspath__())
 
 
@@ -99,24 +99,6 @@ def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
     return out
 
 
-def _kinds(ck: OpenCheckpoint) -> dict[str, str]:
-    kinds: dict[str, str] = {}
-    if ck.manifest.tree is None:
-        return kinds
-    stack = [ck.manifest.tree]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        if node.get("t") == "tensor":
-            kinds[node.get("key")] = node.get("as", "ndarray")
-        elif node.get("t") == "dict":
-            stack.extend(v for _, v in node.get("items", []))
-        elif node.get("t") in ("list", "tuple"):
-            stack.extend(node.get("items", []))
-    return kinds
-
-
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
          mmap: bool = False, storage_options: dict | None = None, comm: Any = None) -> Any:
     """Loads a checkpoint (see API.md section 5 for every mode)."""
@@ -131,31 +113,35 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
         return load_into(ck, into, mapping)
 
     tree = ck.manifest.tree
+    kinds = skeleton_leaves(tree) if tree is not None else {}
     if select is None and key_map is None and tree is not None:
-        wanted = list(dict.fromkeys(skeleton_keys(tree)))
-        values = _read_values(ck, wanted, mmap)
+        values = read_values(ck, list(kinds), mmap)
         try:
             return unflatten(tree, values)
         except (KeyError, ValueError, TypeError) as e:
             from .errors import CorruptCheckpointError
 
             raise CorruptCheckpointError(f"checkpoint {ck.url}: malformed tree: {e}") from None
-    values = _read_values(ck, list(mapping), mmap)
-    kinds = _kinds(ck)
-    flat = {mapping[k]: _rebuild_leaf(kinds.get(k, "ndarray"), v) for k, v in values.items()}
+    values = read_values(ck, list(mapping), mmap)
+    flat = {mapping[k]: rebuild_leaf(kinds.get(k, "ndarray"), v) for k, v in values.items()}
     return nest_flat(flat)
 
 
-def _read_values(ck: OpenCheckpoint, keys: list[str], mmap: bool) -> dict[str, np.ndarray]:
-    entries = [ck.entry(k) for k in keys]
-    plain = [e for e in entries if not e.sharded]
+def read_values(ck: OpenCheckpoint, keys: list[str], mmap: bool = False) -> dict[str, np.ndarray]:
+    """New arrays (or read-only mmap views) for the given keys, plain or sharded."""
+    m = ck.manifest
+    index = m.index
+    try:
+        idx = [index[k] for k in keys]
+    except KeyError:
+        idx = [ck.index_of(k) for k in keys]  # raises, naming the key
     out: dict[str, np.ndarray] = {}
+    plain = idx if m.all_plain else [i for i in idx if m.is_plain(i)]
     if plain:
         arrays = ck.mmap(plain) if mmap else ck.read_new(plain)
-        out.update(zip((e.key for e in plain), arrays))
-    sharded = [e for e in entries if e.sharded]
-    if sharded:
+        out.update(zip((m.keys[i] for i in plain), arrays))
+    if len(plain) != len(idx):
         from .engine.sharded_read import read_whole
 
-        out.update(read_whole(ck, sharded))
+        out.update(read_whole(ck, [i for i in idx if not m.is_plain(i)]))
     return {k: out[k] for k in keys}

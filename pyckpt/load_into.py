@@ -12,8 +12,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .engine.reader import OpenCheckpoint
+from .flat import read_values
 from .errors import CheckpointKeyError
-from .tree import _join, _rebuild_leaf, as_array_leaf
+from .tree import _join, as_array_leaf, rebuild_leaf
 from .variables import Variable
 
 # Adapters register converters for foreign in-place targets (torch tensors):
@@ -100,37 +101,39 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
             f"{len(missing)} key(s) of `into` are not in checkpoint {ck.url}: "
             + ", ".join(map(repr, missing)))
     problems = []
-    plain_entries, plain_dsts, fresh = [], [], []
+    m = ck.manifest
+    plain_idx, plain_dsts, fresh = [], [], []
     sharded_jobs = []
     for t in targets:
-        e = ck.entry(source[t.key])
+        i = ck.index_of(source[t.key])
+        shape, dtype = m.shapes[i], m.dtype(i)
         if t.sharded is not None:
-            problems.extend(t.sharded.check_against(e, t.key))
-            sharded_jobs.append((e, t.sharded))
+            problems.extend(t.sharded.check_against(shape, dtype, t.key))
+            sharded_jobs.append((i, t.sharded))
             continue
         if t.array is None:
-            if e.shape != () or e.sharded:
-                problems.append(f"{t.key!r}: checkpoint holds shape {e.shape}, target is a scalar")
-            fresh.append((t, e))
+            if shape != ():
+                problems.append(f"{t.key!r}: checkpoint holds shape {shape}, target is a scalar")
+            fresh.append((t, i))
             continue
-        if tuple(t.array.shape) != e.shape or t.array.dtype != e.dtype:
-            problems.append(f"{t.key!r}: checkpoint has shape {e.shape} dtype {e.dtype.name}, "
+        if tuple(t.array.shape) != shape or t.array.dtype != dtype:
+            problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {dtype.name}, "
                             f"target has shape {tuple(t.array.shape)} dtype {t.array.dtype.name}")
         elif not t.array.flags.writeable:
             problems.append(f"{t.key!r}: target array is read-only")
-        elif e.sharded:
-            sharded_jobs.append((e, t.array))
+        elif not m.is_plain(i):
+            sharded_jobs.append((i, t.array))
         else:
-            plain_entries.append(e)
+            plain_idx.append(i)
             plain_dsts.append(t.array)
     if problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
-    scalars = ck.read_new([e for _, e in fresh])
-    ck.read(plain_entries, plain_dsts)
+    scalars = read_values(ck, [m.keys[i] for _, i in fresh])
+    ck.read(plain_idx, plain_dsts)
     if sharded_jobs:
         from .engine.sharded_read import read_into_targets
 
         read_into_targets(ck, sharded_jobs)
-    for (t, _), arr in zip(fresh, scalars):
-        t.setter(_rebuild_leaf(t.kind, arr))
+    for t, i in fresh:
+        t.setter(rebuild_leaf(t.kind, scalars[m.keys[i]]))
     return into

@@ -38,9 +38,9 @@ class ShardedArray:
     def shape(self) -> tuple[int, ...]:
         return self.global_shape
 
-    def check_against(self, entry: Any, key: str) -> list[str]:
-        if entry.shape != self.global_shape or entry.dtype != self.local.dtype:
-            return [f"{key!r}: checkpoint has shape {entry.shape} dtype {entry.dtype.name}, "
+    def check_against(self, shape: tuple[int, ...], dtype: np.dtype, key: str) -> list[str]:
+        if shape != self.global_shape or dtype != self.local.dtype:
+            return [f"{key!r}: checkpoint has shape {shape} dtype {dtype.name}, "
                     f"target is a block of global shape {self.global_shape} "
                     f"dtype {self.local.dtype.name}"]
         if not self.local.flags.writeable:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .variables import Variable
 
-__all__ = ["validate_key", "flatten", "unflatten", "nest_flat", "Leaf"]
+__all__ = ["validate_key", "flatten", "unflatten", "nest_flat", "skeleton_leaves", "rebuild_leaf", "Leaf"]
 
 _MAX_DEPTH = 512
 
@@ -98,9 +98,9 @@ def as_array_leaf(obj: Any) -> tuple[np.ndarray, str] | None:
 
 def _static(obj: Any) -> dict | None:
     if obj is None or isinstance(obj, str):
-        return {"t": "value", "value": obj}
+        return {"v": obj}
     if isinstance(obj, (bytes, bytearray)):
-        return {"t": "bytes", "b64": base64.b64encode(bytes(obj)).decode("ascii")}
+        return {"b": base64.b64encode(bytes(obj)).decode("ascii")}
     return None
 
 
@@ -112,23 +112,28 @@ def _join(prefix: str | None, part: Any) -> str:
     return part if prefix is None else f"{prefix}/{part}"
 
 
-def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
+# Skeleton nodes (docs/FORMAT.md, "Tree"):
+#   "key"                          an array leaf stored under that key
+#   {"s": key, "as": kind}         a scalar leaf (int/float/bool/complex/numpy_scalar)
+#   {"d": [[name, node], ...]}     dict (names are str or int)
+#   {"l": [node, ...]}             list
+#   {"u": [node, ...]}             tuple
+#   {"v": str | null}              static value
+#   {"b": base64}                  bytes
+
+def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], Any]:
     """Returns the leaves (in tree order) and the JSON skeleton of ``tree``."""
     leaves: list[Leaf] = []
     seen: set[str] = set()
 
-    def walk(node: Any, key: str | None, depth: int) -> dict:
+    def walk(node: Any, key: str | None, depth: int) -> Any:
         if depth > _MAX_DEPTH:
             raise ValueError(f"tree nested deeper than {_MAX_DEPTH} levels at {key!r}")
         if isinstance(node, dict):
-            items = []
-            for k, v in node.items():
-                items.append([k, walk(v, _join(key, k), depth + 1)])
-            return {"t": "dict", "items": items}
+            return {"d": [[k, walk(v, _join(key, k), depth + 1)] for k, v in node.items()]}
         if isinstance(node, (list, tuple)):
-            kind = "list" if isinstance(node, list) else "tuple"
-            return {"t": kind, "items": [walk(v, _join(key, i), depth + 1)
-                                         for i, v in enumerate(node)]}
+            tag = "l" if isinstance(node, list) else "u"
+            return {tag: [walk(v, _join(key, i), depth + 1) for i, v in enumerate(node)]}
         leaf = as_array_leaf(node)
         if leaf is not None:
             if key is None:
@@ -139,7 +144,7 @@ def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
             seen.add(key)
             arr, kind = leaf
             leaves.append(Leaf(key, arr, kind, node))
-            return {"t": "tensor", "key": key, "as": kind}
+            return key if kind == "ndarray" else {"s": key, "as": kind}
         static = _static(node)
         if static is not None:
             return static
@@ -151,52 +156,69 @@ def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], dict]:
     return leaves, skeleton
 
 
-def _rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
+_SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}
+
+
+def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
     if kind == "ndarray":
         return arr
     if kind == "numpy_scalar":
         return arr[()]
-    if kind in ("int", "float", "bool", "complex"):
-        return {"int": int, "float": float, "bool": bool, "complex": complex}[kind](arr[()])
+    if kind in _SCALARS:
+        return _SCALARS[kind](arr[()])
     raise ValueError(f"unknown leaf kind {kind!r}")
 
 
-def unflatten(skeleton: dict, values: dict[str, np.ndarray]) -> Any:
+_rebuild_leaf = rebuild_leaf
+
+
+def unflatten(skeleton: Any, values: dict[str, np.ndarray]) -> Any:
     """Rebuilds the saved structure from its skeleton and the loaded arrays."""
 
     def build(node: Any, depth: int) -> Any:
-        if depth > _MAX_DEPTH or not isinstance(node, dict):
+        if depth > _MAX_DEPTH:
+            raise ValueError("malformed tree skeleton: too deep")
+        if isinstance(node, str):
+            return values[node]
+        if not isinstance(node, dict) or len(node) not in (1, 2):
             raise ValueError("malformed tree skeleton")
-        t = node.get("t")
-        if t == "dict":
-            return {k: build(v, depth + 1) for k, v in node["items"]}
-        if t == "list":
-            return [build(v, depth + 1) for v in node["items"]]
-        if t == "tuple":
-            return tuple(build(v, depth + 1) for v in node["items"])
-        if t == "tensor":
-            return _rebuild_leaf(node["as"], values[node["key"]])
-        if t == "value":
-            return node["value"]
-        if t == "bytes":
-            return base64.b64decode(node["b64"])
-        raise ValueError(f"malformed tree skeleton node {t!r}")
+        if "d" in node:
+            return {k: build(v, depth + 1) for k, v in node["d"]}
+        if "l" in node:
+            return [build(v, depth + 1) for v in node["l"]]
+        if "u" in node:
+            return tuple(build(v, depth + 1) for v in node["u"])
+        if "s" in node:
+            return rebuild_leaf(node["as"], values[node["s"]])
+        if "v" in node:
+            return node["v"]
+        if "b" in node:
+            return base64.b64decode(node["b"])
+        raise ValueError(f"malformed tree skeleton node {sorted(node)!r}")
 
     return build(skeleton, 0)
 
 
-def skeleton_keys(skeleton: dict) -> Iterator[str]:
-    """The tensor keys a skeleton references, in order."""
-    stack = [skeleton]
-    while stack:
-        node = stack.pop()
-        t = node.get("t") if isinstance(node, dict) else None
-        if t == "tensor":
-            yield node["key"]
-        elif t == "dict":
-            stack.extend(v for _, v in reversed(node["items"]))
-        elif t in ("list", "tuple"):
-            stack.extend(reversed(node["items"]))
+def skeleton_leaves(skeleton: Any) -> dict[str, str]:
+    """key -> leaf kind for every tensor a skeleton references, in tree order."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise ValueError("malformed tree skeleton: too deep")
+        if isinstance(node, str):
+            out[node] = "ndarray"
+        elif isinstance(node, dict):
+            if "s" in node:
+                out[node["s"]] = node.get("as", "ndarray")
+            for tag in ("l", "u"):
+                for v in node.get(tag, ()):
+                    walk(v, depth + 1)
+            for item in node.get("d", ()):
+                walk(item[1], depth + 1)
+
+    walk(skeleton, 0)
+    return out
 
 
 def nest_flat(flat: dict[str, Any]) -> dict:

@@ -144,18 +144,36 @@ def _frame(doc) -> bytes:
 
 
 def _doc(tensors, files=None, chunk=1 << 20):
+    """A manifest document (docs/FORMAT.md) from {key: _t(...)} entries."""
+    cols = {"key": [], "dtype": [], "shape": []}
+    blocks = {"file": [], "offset": [], "nbytes": []}
+    crcs = []
+    if isinstance(tensors, dict) and not isinstance(tensors.get("key"), list):
+        for key, t in tensors.items():
+            cols["key"].append(key)
+            cols["dtype"].append(t["dtype"])
+            cols["shape"].append(t["shape"])
+            for name in ("file", "offset", "nbytes"):
+                blocks[name].append(t[name])
+            crcs.extend(t["crcs"])
+            if "box" in t:
+                blocks.setdefault("box", []).append(t["box"])
+    else:
+        cols = tensors
     return {"format": "pyckpt", "version": 1, "chunk_size": chunk,
             "files": files if files is not None else [{"name": "data-x.bin", "size": 1 << 20}],
-            "tensors": tensors, "tree": None, "graph": None, "metadata": {}}
+            "tensors": cols, "blocks": blocks, "crc32c": crcs, "tree": None, "graph": None,
+            "metadata": {}}
 
 
-def _t(dtype="float32", shape=(4,), file=0, offset=0, nbytes=16, crcs=(0,)):
-    return {"dtype": dtype, "shape": list(shape),
-            "blocks": [{"file": file, "offset": offset, "nbytes": nbytes, "crc32c": list(crcs)}]}
+def _t(dtype="float32", shape=(4,), file=0, offset=0, nbytes=16, crcs=(0,), **extra):
+    return {"dtype": dtype, "shape": list(shape), "file": file, "offset": offset,
+            "nbytes": nbytes, "crcs": list(crcs), **extra}
 
 
 HOSTILE = {
     "huge shape": _doc({"x": _t(shape=(2**40, 2**40), nbytes=2**82)}),
+    "huge shape, small nbytes": _doc({"x": _t(shape=(2**40, 2**40), nbytes=16)}),
     "nbytes mismatch": _doc({"x": _t(nbytes=17)}),
     "negative offset": _doc({"x": _t(offset=-16)}),
     "offset past file": _doc({"x": _t(offset=(1 << 20) - 8)}),
@@ -177,10 +195,24 @@ HOSTILE = {
     "absolute key": _doc({"/abs": _t()}),
     "zero chunk": _doc({"x": _t()}, chunk=0),
     "huge file size": _doc({"x": _t()}, files=[{"name": "d.bin", "size": 2**70}]),
-    "tensors not a dict": _doc([]),
-    "blocks missing": _doc({"x": {"dtype": "float32", "shape": [4]}}),
-    "block out of box": _doc({"x": {"dtype": "float32", "shape": [4], "blocks": [
-        {"file": 0, "offset": 0, "nbytes": 16, "crc32c": [0], "offsets": [2], "shape": [4]}]}}),
+    "tensors not columns": _doc([]),
+    "columns differ in length": _doc({"key": ["a", "b"], "dtype": ["int8"], "shape": [[1]]}),
+    "duplicate key": _doc({"key": ["a", "a"], "dtype": ["int8"] * 2, "shape": [[1]] * 2}),
+    "blocks missing": {**_doc({"x": _t()}), "blocks": None},
+    "too many crcs": {**_doc({"x": _t()}), "crc32c": [0, 0]},
+    "string offset": _doc({"x": _t(offset="0")}),
+    "float nbytes": _doc({"x": _t(nbytes=16.0)}),
+    "bool file": _doc({"x": _t(file=True)}),
+    "block out of box": _doc({"x": _t(box=[[2], [4]])}),
+    "overlapping boxes": {**_doc({"x": _t(shape=(4,), nbytes=8, box=[[0], [2]]),
+                                  }), "tensors": {"key": ["x"], "dtype": ["float32"],
+                                                  "shape": [[4]], "nblocks": [2]},
+                          "blocks": {"file": [0, 0], "offset": [0, 64], "nbytes": [8, 8],
+                                     "box": [[[0], [2]], [[1], [2]]]}, "crc32c": [0, 0]},
+    "gap in boxes": {**_doc({}), "tensors": {"key": ["x"], "dtype": ["float32"],
+                                             "shape": [[4]], "nblocks": [2]},
+                     "blocks": {"file": [0, 0], "offset": [0, 64], "nbytes": [4, 4],
+                                "box": [[[0], [1]], [[3], [1]]]}, "crc32c": [0, 0]},
     "newer version": {**_doc({}), "version": 99},
     "not pyckpt": {"format": "other"},
     "deep nesting": b"[" * 100000 + b"]" * 100000,

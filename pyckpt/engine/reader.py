@@ -3,7 +3,6 @@ tensors into new or caller-provided arrays, mmap views, verification."""
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import os
 from typing import Any, Iterable, Sequence
@@ -56,7 +55,11 @@ def resolve_checkpoint(store: Store, path: str) -> str:
 
 
 class OpenCheckpoint:
-    """A committed checkpoint with its validated manifest."""
+    """A committed checkpoint with its validated manifest.
+
+    Tensors are addressed by their index in ``manifest.keys``; the bulk read
+    paths work on numpy columns so that 100,000 small tensors cost little.
+    """
 
     def __init__(self, store: Store, path: str, manifest: Manifest,
                  options: IOOptions = DEFAULT) -> None:
@@ -80,13 +83,16 @@ class OpenCheckpoint:
     def url(self) -> str:
         return self.store.url(self.path)
 
-    def entry(self, key: str) -> TensorEntry:
+    def index_of(self, key: str) -> int:
         from ..errors import CheckpointKeyError
 
         try:
-            return self.manifest.tensors[key]
+            return self.manifest.index[key]
         except KeyError:
             raise CheckpointKeyError(f"key {key!r} not in checkpoint {self.url}") from None
+
+    def entry(self, key: str) -> TensorEntry:
+        return self.manifest.entry(self.index_of(key))
 
     def file_path(self, index: int) -> str:
         return self.store.join(self.path, self.manifest.files[index].name)
@@ -94,7 +100,7 @@ class OpenCheckpoint:
     # -- integrity of files -------------------------------------------------------
     def check_files(self, indices: Iterable[int]) -> None:
         """Every needed file exists with the size the manifest says (before allocating)."""
-        for i in sorted(set(indices) - self._checked_files):
+        for i in sorted(set(int(i) for i in indices) - self._checked_files):
             f = self.manifest.files[i]
             p = self.file_path(i)
             try:
@@ -110,79 +116,112 @@ class OpenCheckpoint:
                     "differ: truncated or overwritten)")
             self._checked_files.add(i)
 
-    # -- reads -----------------------------------------------------------------------
-    def read(self, entries: Sequence[TensorEntry], dsts: Sequence[np.ndarray | None],
-             buffers: dict[int, Any] | None = None) -> None:
-        """Reads whole (unsharded) tensors into dsts (None: verify only)."""
-        if not entries:
-            return
-        for e in entries:
-            if e.sharded:
-                raise NotImplementedError(f"{e.key!r} is a sharded array; use load(into=...)")
-        blocks = [e.blocks[0] for e in entries]
-        used = sorted({b.file for b in blocks if b.nbytes})
-        self.check_files(used)
-        source_of = {f: i for i, f in enumerate(used)}
-        names = [self.file_path(f) for f in used]
-        if not self.store.local and buffers is None:
-            return self.store.read_tensors(self, entries, dsts)  # type: ignore[attr-defined]
-        bufs = [None if buffers is None else buffers[f] for f in used]
-        n = len(entries)
-        lens = [len(b.crcs) for b in blocks]
-        crcs = np.fromiter(itertools.chain.from_iterable(b.crcs for b in blocks), dtype=np.uint32,
-                           count=sum(lens))
-        crc_begin = np.zeros(n + 1, dtype=np.uint64)
+    # -- read plans ----------------------------------------------------------------
+    def plan(self, indices: Sequence[int] | np.ndarray) -> "ReadPlan":
+        """Columns describing where the (single) block of each plain tensor lies."""
+        m = self.manifest
+        b = m.blocks
+        idx = np.asarray(indices, dtype=np.int64)
+        if not m.all_plain:
+            for i in idx.tolist():
+                if not m.is_plain(i):
+                    raise ValueError(f"{m.keys[i]!r} is a sharded array")
+        j = b.tensor_begin[idx]
+        starts = b.crc_begin[j]
+        lens = b.crc_begin[j + 1] - starts
+        crc_begin = np.zeros(len(idx) + 1, dtype=np.uint64)
         np.cumsum(lens, out=crc_begin[1:])
-        _core.read_shards(
-            names, bufs, [0] * len(used), [e.key for e in entries],
-            np.fromiter((source_of.get(b.file, 0) for b in blocks), dtype=np.uint32, count=n),
-            np.fromiter((b.offset for b in blocks), dtype=np.uint64, count=n),
-            np.fromiter((b.nbytes for b in blocks), dtype=np.uint64, count=n),
-            crcs, crc_begin, list(dsts), self.manifest.chunk_size, self.options.threads,
-            True, self.options.piece_size)
+        if len(idx) == len(m.keys) and (idx == np.arange(len(idx))).all():
+            crcs = b.crcs
+        else:
+            gather = np.repeat(starts - crc_begin[:-1].astype(np.int64), lens) + \
+                np.arange(int(crc_begin[-1]), dtype=np.int64)
+            crcs = b.crcs[gather]
+        return ReadPlan([m.keys[i] for i in idx.tolist()], b.file[j], b.offset[j], b.nbytes[j],
+                        crcs, crc_begin)
 
-    def read_new(self, entries: Sequence[TensorEntry]) -> list[np.ndarray]:
-        """Reads tensors into newly allocated arrays."""
-        self.check_files(b.file for e in entries for b in e.blocks if b.nbytes)
-        arrays = [np.empty(e.shape, dtype=e.dtype) for e in entries]
-        self.read(entries, arrays)
+    # -- reads -----------------------------------------------------------------------
+    def read(self, indices: Sequence[int] | np.ndarray, dsts: Sequence[np.ndarray | None],
+             buffers: dict[int, Any] | None = None) -> None:
+        """Reads whole (plain) tensors into dsts (None: verify only)."""
+        if len(indices) == 0:
+            return
+        p = self.plan(indices)
+        used = np.unique(p.file[p.nbytes > 0])
+        self.check_files(used.tolist())
+        if not self.store.local and buffers is None:
+            return self.store.read_plan(self, p, used, dsts)  # type: ignore[attr-defined]
+        names = [self.file_path(int(f)) for f in used]
+        bufs = [None if buffers is None else buffers[int(f)] for f in used]
+        source = np.searchsorted(used, p.file).astype(np.uint32) if len(used) else \
+            np.zeros(len(p.keys), dtype=np.uint32)
+        _core.read_shards(names, bufs, [0] * len(used), p.keys, source, p.offset, p.nbytes,
+                          p.crcs, p.crc_begin, list(dsts), self.manifest.chunk_size,
+                          self.options.threads, True, self.options.piece_size)
+
+    def new_array(self, i: int) -> np.ndarray:
+        return np.empty(self.manifest.shapes[i], dtype=self.manifest.dtype(i))
+
+    def read_new(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+        """Reads tensors into newly allocated arrays (file sizes checked first)."""
+        b = self.manifest.blocks
+        j = b.tensor_begin[np.asarray(indices, dtype=np.int64)]
+        self.check_files(np.unique(b.file[j][b.nbytes[j] > 0]).tolist())
+        arrays = [self.new_array(i) for i in np.asarray(indices).tolist()]
+        self.read(indices, arrays)
         return arrays
 
-    def mmap(self, entries: Sequence[TensorEntry], verify: bool = True) -> list[np.ndarray]:
+    def mmap(self, indices: Sequence[int] | np.ndarray, verify: bool = True) -> list[np.ndarray]:
         """Read-only arrays backed by the local files (checksums verified through the map)."""
         if not self.store.local:
-            return self.read_new(entries)
-        used = sorted({e.blocks[0].file for e in entries if e.blocks[0].nbytes})
+            return self.read_new(indices)
+        p = self.plan(indices)
+        used = np.unique(p.file[p.nbytes > 0]).tolist()
         self.check_files(used)
         maps = {}
         for f in used:
             with open(self.file_path(f), "rb") as fh:
                 maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         out = []
-        for e in entries:
-            b = e.blocks[0]
-            if b.nbytes == 0:
-                arr = np.empty(e.shape, dtype=e.dtype)
+        m = self.manifest
+        for k, i in enumerate(np.asarray(indices).tolist()):
+            dtype, shape = m.dtype(i), m.shapes[i]
+            n = int(p.nbytes[k])
+            if n == 0:
+                arr = np.empty(shape, dtype=dtype)
                 arr.flags.writeable = False
             else:
-                arr = np.frombuffer(maps[b.file], dtype=e.dtype, count=b.nbytes // e.dtype.itemsize,
-                                    offset=b.offset).reshape(e.shape)
+                arr = np.frombuffer(maps[int(p.file[k])], dtype=dtype, count=n // dtype.itemsize,
+                                    offset=int(p.offset[k])).reshape(shape)
             out.append(arr)
         if verify:
-            self.read(entries, [None] * len(entries), buffers=maps)
+            self.read(indices, [None] * len(out), buffers=maps)
         return out
 
     def verify(self) -> None:
         """Reads every byte of every tensor and checks every checksum."""
-        self.check_files(range(len(self.manifest.files)))
-        entries = list(self.manifest.tensors.values())
-        plain = [e for e in entries if not e.sharded]
+        m = self.manifest
+        self.check_files(range(len(m.files)))
+        plain = [i for i in range(len(m.keys)) if m.is_plain(i)]
         self.read(plain, [None] * len(plain))
-        sharded = [e for e in entries if e.sharded]
+        sharded = [i for i in range(len(m.keys)) if not m.is_plain(i)]
         if sharded:
             from .sharded_read import verify_sharded
 
             verify_sharded(self, sharded)
+
+
+class ReadPlan:
+    __slots__ = ("keys", "file", "offset", "nbytes", "crcs", "crc_begin")
+
+    def __init__(self, keys: list[str], file: np.ndarray, offset: np.ndarray, nbytes: np.ndarray,
+                 crcs: np.ndarray, crc_begin: np.ndarray) -> None:
+        self.keys = keys
+        self.file = file
+        self.offset = offset
+        self.nbytes = nbytes
+        self.crcs = crcs
+        self.crc_begin = crc_begin
 
 
 def open_checkpoint(path: Any, storage_options: dict | None = None,

@@ -24,14 +24,14 @@ import numpy as np
 
 from .. import _core
 from .._dtypes import dtype_name, little_endian
-from ..format import INDEX_NAME, Block, Manifest, TensorEntry, decode_index, encode_index
-from ..format.manifest import FileEntry
+from ..format import INDEX_NAME, Manifest, decode_index, encode_index
+from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
 from ..tree import validate_key
 from . import naming
 from .options import DEFAULT, IOOptions
 
-__all__ = ["PreparedTensor", "prepare_tensors", "write_data", "commit", "delete_replaced", "save_tensors"]
+__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "commit", "delete_replaced", "save_tensors"]
 
 
 class PreparedTensor:
@@ -45,14 +45,17 @@ class PreparedTensor:
         self.dtype_name = dtype_name
 
 
-def prepare_tensors(items: Sequence[tuple[str, Any]]) -> list[PreparedTensor]:
+def prepare_tensors(items: Sequence[tuple[str, Any]], keys_checked: bool = False
+                    ) -> list[PreparedTensor]:
+    """Validates keys (unless the caller did) and dtypes; makes data little-endian."""
     out = []
     seen = set()
     for key, arr in items:
-        validate_key(key)
-        if key in seen:
-            raise ValueError(f"duplicate checkpoint key {key!r}")
-        seen.add(key)
+        if not keys_checked:
+            validate_key(key)
+            if key in seen:
+                raise ValueError(f"duplicate checkpoint key {key!r}")
+            seen.add(key)
         if not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
         try:
@@ -84,40 +87,50 @@ def _num_files(total: int, nonzero: int, opts: IOOptions) -> int:
     return min(want, nonzero)
 
 
+class WrittenData:
+    """What one worker wrote: its files, and per tensor the (file, offset, nbytes)
+    of its block and its masked chunk CRCs (concatenated, in tensor order)."""
+
+    __slots__ = ("files", "file", "offset", "nbytes", "crcs")
+
+    def __init__(self, files: list[FileEntry], file: np.ndarray, offset: np.ndarray,
+                 nbytes: np.ndarray, crcs: np.ndarray) -> None:
+        self.files = files
+        self.file = file
+        self.offset = offset
+        self.nbytes = nbytes
+        self.crcs = crcs
+
+
 def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attempt: str,
-               rank: int = 0, options: IOOptions = DEFAULT) -> tuple[list[FileEntry], list[Block]]:
-    """Writes the shard files of one worker. Returns its files and one Block per tensor
-    (file indices refer to the returned list). Deletes its own files on failure."""
-    nbytes = np.fromiter((t.array.nbytes for t in tensors), dtype=np.uint64, count=len(tensors))
-    total = int(nbytes.sum()) if len(tensors) else 0
+               rank: int = 0, options: IOOptions = DEFAULT) -> WrittenData:
+    """Writes the shard files of one worker. Deletes its own files on failure."""
+    n = len(tensors)
+    nbytes = np.fromiter((t.array.nbytes for t in tensors), dtype=np.uint64, count=n)
+    total = int(nbytes.sum()) if n else 0
     n_files = _num_files(total, int(np.count_nonzero(nbytes)), options)
     if n_files == 0:
-        blocks = [Block(0, 0, 0, []) for _ in tensors]
-        return [], blocks
+        zeros = np.zeros(n, dtype=np.int64)
+        return WrittenData([], zeros, zeros, zeros, np.zeros(0, dtype=np.uint32))
     file_idx, offsets, sizes = _core.plan_layout(nbytes, n_files, options.alignment)
     names = [naming.data_file_name(attempt, rank, i) for i in range(n_files)]
-    paths = [store.join(path, n) for n in names]
+    paths = [store.join(path, name) for name in names]
     keys = [t.key for t in tensors]
     arrays = [t.array for t in tensors]
     try:
         if store.local:
-            crcs, crc_begin = _core.write_shards(
-                paths, sizes, keys, arrays, file_idx, offsets, options.chunk_size,
-                options.threads, options.piece_size, options.sync)
+            crcs, _ = _core.write_shards(paths, sizes, keys, arrays, file_idx, offsets,
+                                         options.chunk_size, options.threads,
+                                         options.piece_size, options.sync)
         else:
-            crcs, crc_begin = store.write_shards(  # type: ignore[attr-defined]
+            crcs = store.write_shards(  # type: ignore[attr-defined]
                 paths, sizes, keys, arrays, file_idx, offsets, options)
     except BaseException:
         store.delete(paths)
         raise
-    crc_list = crcs.tolist()
-    begins = crc_begin.tolist()
-    fi = file_idx.tolist()
-    off = offsets.tolist()
-    blocks = [Block(fi[i] if t.array.nbytes else 0, off[i], t.array.nbytes,
-                    crc_list[begins[i]:begins[i + 1]]) for i, t in enumerate(tensors)]
-    files = [FileEntry(n, int(s)) for n, s in zip(names, sizes)]
-    return files, blocks
+    files = [FileEntry(name, int(size)) for name, size in zip(names, sizes)]
+    return WrittenData(files, file_idx.astype(np.int64), offsets.astype(np.int64),
+                       nbytes.astype(np.int64), crcs)
 
 
 def read_previous(store: Store, path: str) -> Manifest | None:
@@ -170,24 +183,26 @@ def info(attempt: str, world_size: int = 1) -> dict:
 
 
 def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
-                 tree: dict | None = None, graph: dict | None = None,
-                 metadata: dict | None = None, options: IOOptions = DEFAULT) -> Manifest:
+                 tree: Any = None, graph: dict | None = None,
+                 metadata: dict | None = None, options: IOOptions = DEFAULT,
+                 keys_checked: bool = False) -> Manifest:
     """Single-process save of (key, array) pairs as one committed checkpoint."""
     metadata = check_metadata(metadata)
-    tensors = prepare_tensors(items)
+    tensors = prepare_tensors(items, keys_checked)
     if store.exists(path) and not store.isdir(path):
         raise FileExistsError(f"{store.url(path)} exists and is not a checkpoint directory")
     store.makedirs(path)
     attempt = naming.new_attempt_id()
-    files, blocks = write_data(store, path, tensors, attempt=attempt, options=options)
-    entries = {t.key: TensorEntry(t.key, t.dtype_name, t.array.dtype, t.array.shape, [b])
-               for t, b in zip(tensors, blocks)}
-    manifest = Manifest(chunk_size=options.chunk_size, files=files, tensors=entries, tree=tree,
-                        metadata=metadata, graph=graph, info=info(attempt))
+    data = write_data(store, path, tensors, attempt=attempt, options=options)
+    manifest = build_manifest(
+        chunk_size=options.chunk_size, files=data.files, keys=[t.key for t in tensors],
+        dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
+        file=data.file, offset=data.offset, nbytes=data.nbytes, crcs=data.crcs,
+        tree=tree, metadata=metadata, graph=graph, info=info(attempt))
     try:
         previous = commit(store, path, manifest)
     except BaseException:
-        abandon(store, path, files, attempt)
+        abandon(store, path, data.files, attempt)
         raise
     delete_replaced(store, path, previous, manifest)
     return manifest

@@ -1,7 +1,7 @@
-"""The on-disk format (docs/FORMAT.md): file names, the index file, the manifest."""
+"""The on-disk format (docs/FORMAT.md): the index file and the manifest it holds."""
 
 from .index import INDEX_NAME, decode_index, encode_index
-from .manifest import Manifest, TensorEntry, Block, FORMAT_VERSION
+from .manifest import FORMAT_VERSION, Block, FileEntry, Manifest, TensorEntry, build_manifest
 
 __all__ = ["INDEX_NAME", "decode_index", "encode_index", "Manifest", "TensorEntry", "Block",
-           "FORMAT_VERSION"]
+           "FileEntry", "FORMAT_VERSION", "build_manifest"]

@@ -1,0 +1,1 @@
+"""Geometry of sharded arrays: boxes, partitions, overlap queries."""
