@@ -434,21 +434,19 @@ def raw_save(state, out: Path, ctx) -> RawHandle:
 
 
 def raw_load(h: RawHandle, ctx) -> dict[str, np.ndarray]:
-    def read_part(i: int) -> dict[str, np.ndarray]:
-        got = {}
+    # Allocate every array up front in the calling thread (as a library would, and so
+    # that the arrays do not land in per-thread malloc arenas), then read in parallel.
+    out = {key: np.empty(shape, dtype) for plan in h.plans for key, _, shape, dtype in plan}
+
+    def read_part(i: int) -> None:
         fd = os.open(h.files[i], os.O_RDONLY)
         try:
-            for key, offset, shape, dtype in h.plans[i]:
-                a = np.empty(shape, dtype)
-                _preadv_all(fd, _bytes_view(a), offset)
-                got[key] = a
+            for key, offset, _, _ in h.plans[i]:
+                _preadv_all(fd, _bytes_view(out[key]), offset)
         finally:
             os.close(fd)
-        return got
 
-    out: dict[str, np.ndarray] = {}
-    for part in _run_threads(read_part, RAW_THREADS):
-        out.update(part)
+    _run_threads(read_part, RAW_THREADS)
     return out
 
 
@@ -905,6 +903,10 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
     p.add_argument("--quick", action="store_true", help="smoke test: 128 MiB state, 2 rounds")
     p.add_argument("--no-cold", action="store_true", help="skip cold-cache loads")
+    p.add_argument("--torch-threads", type=int, default=1, metavar="N",
+                   help="torch intra-op threads for the torch peers (default 1; 0 = torch's "
+                        "default). torch's OpenMP pool can spin for ~1 s inside DCP's copy_ "
+                        "when it has to share few cores; its copies gain nothing from it")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.quick:
@@ -935,6 +937,11 @@ def main(argv=None) -> int:
     meta = machine_info(str(workdir))
     print_machine(meta)
     formats = select_formats()
+    if torch is not None:
+        if args.torch_threads > 0:
+            torch.set_num_threads(args.torch_threads)
+        meta["machine"]["torch_intra_op_threads"] = torch.get_num_threads()
+        print(f"torch   : {torch.get_num_threads()} intra-op thread(s) (--torch-threads)")
 
     cold = False
     if args.no_cold:

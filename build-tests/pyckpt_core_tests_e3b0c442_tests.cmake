@@ -29,7 +29,7 @@ add_test([=[Crc32c.CombineMatchesConcatenation]=]  /work/main/build-tests/pyckpt
 set_tests_properties([=[Crc32c.CombineMatchesConcatenation]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/crc32c_test.cc:57]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/crc32c_test.cc:60]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -38,7 +38,7 @@ add_test([=[Crc32c.MaskRoundTripsAndDiffers]=]  /work/main/build-tests/pyckpt_co
 set_tests_properties([=[Crc32c.MaskRoundTripsAndDiffers]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/crc32c_test.cc:69]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/crc32c_test.cc:72]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -47,7 +47,7 @@ add_test([=[Crc32c.ImplementationIsNamed]=]  /work/main/build-tests/pyckpt_core_
 set_tests_properties([=[Crc32c.ImplementationIsNamed]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/crc32c_test.cc:78]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/crc32c_test.cc:81]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     

@@ -41,14 +41,17 @@ TEST(Crc32c, HardwareMatchesPortableOnRandomBuffers) {
   std::mt19937_64 rng(42);
   std::vector<uint8_t> buf(200000 + 64);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
-  const size_t lengths[] = {0, 1, 7, 8, 9, 63, 255, 256, 767, 768, 769, 4095, 24575, 24576,
-                            24577, 100000, 200000};
+  const size_t lengths[] = {0,    1,     7,     8,     9,     15,    16,    17,     63,
+                            64,   65,    255,   256,   257,   319,   320,   511,    512,
+                            767,  768,   769,   4095,  24575, 24576, 24577, 100000, 200000};
   for (size_t len : lengths) {
     for (size_t align = 0; align < 8; ++align) {
       const uint8_t* p = buf.data() + align;
       uint32_t portable = ExtendPortable(0x12345678u, p, len);
       uint32_t hw = 0;
       if (ExtendHardware(0x12345678u, p, len, &hw)) EXPECT_EQ(portable, hw) << len << "/" << align;
+      uint32_t avx = 0;
+      if (ExtendAvx512(0x12345678u, p, len, &avx)) EXPECT_EQ(portable, avx) << len << "/" << align;
       EXPECT_EQ(portable, Extend(0x12345678u, p, len)) << len << "/" << align;
     }
   }
@@ -77,7 +80,7 @@ TEST(Crc32c, MaskRoundTripsAndDiffers) {
 
 TEST(Crc32c, ImplementationIsNamed) {
   std::string impl = Implementation();
-  EXPECT_TRUE(impl == "sse4.2" || impl == "portable");
+  EXPECT_TRUE(impl == "avx512-vpclmulqdq" || impl == "sse4.2" || impl == "portable");
 }
 
 }  // namespace

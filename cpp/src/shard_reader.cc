@@ -126,6 +126,7 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
   }
 
   uint64_t piece = std::max(options.piece_size, chunk) / chunk * chunk;
+  const uint64_t step = chunk >= (1u << 20) ? chunk : (1u << 20) / chunk * chunk;
   PiecePlan plan = PlanPieces(spans, chunk, piece, options.max_gap);
   int threads = options.threads > 0 ? options.threads : DefaultThreads();
   ScratchSet scratch(threads);
@@ -135,14 +136,19 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
     const Reader& rd = *readers[p.file];
     const uint64_t n = p.end - p.begin;
     if (!p.run) {
+      // Read in steps of about 1 MiB and verify each right away, while it is in cache.
       const ShardReadItem& it = items[p.item];
       const bool direct = it.has_dst && it.dst.IsContiguous();
-      char* buf = direct ? it.dst.data + p.item_begin : scratch[w].Get(n);
-      if (!buf) return Status::IOError("out of memory for a scratch buffer");
-      const char* data = nullptr;
-      PYCKPT_RETURN_IF_ERROR(rd.Read(p.begin, n, buf, &data));
-      if (options.verify) PYCKPT_RETURN_IF_ERROR(VerifyChunks(it, rd.name(), data, p.item_begin, n, chunk));
-      if (it.has_dst && data != it.dst.data + p.item_begin) ScatterRange(it.dst, p.item_begin, n, data);
+      const uint64_t end = p.item_begin + n;
+      for (uint64_t b = p.item_begin; b < end; b += step) {
+        const uint64_t len = std::min(step, end - b);
+        char* buf = direct ? it.dst.data + b : scratch[w].Get(len);
+        if (!buf) return Status::IOError("out of memory for a scratch buffer");
+        const char* data = nullptr;
+        PYCKPT_RETURN_IF_ERROR(rd.Read(it.offset + b, len, buf, &data));
+        if (options.verify) PYCKPT_RETURN_IF_ERROR(VerifyChunks(it, rd.name(), data, b, len, chunk));
+        if (it.has_dst && data != it.dst.data + b) ScatterRange(it.dst, b, len, data);
+      }
       return Status::OK();
     }
     char* buf = scratch[w].Get(n);

@@ -26,7 +26,20 @@ def test_rfc3720_vectors(data, want):
 
 
 def test_implementation_is_dispatched():
-    assert _core.crc32c_implementation() in ("sse4.2", "portable")
+    assert _core.crc32c_implementation() in ("avx512-vpclmulqdq", "sse4.2", "portable")
+
+
+def test_each_x86_path_agrees_when_forced_off(tmp_path):
+    """The dispatcher's fallbacks (SSE4.2 when AVX-512 is switched off) give the same CRCs."""
+    import subprocess
+    import sys
+
+    code = ("import os; from pyckpt import _core; b = bytes(range(256)) * 4099; "
+            "print(_core.crc32c_implementation(), _core.crc32c(b), _core.crc32c_portable(b))")
+    env = dict(os.environ, PYCKPT_CRC32C_NO_AVX512="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] in ("sse4.2", "portable") and out[1] == out[2]
 
 
 @settings(max_examples=200, deadline=None)
