@@ -4,6 +4,9 @@ Public API (see API.md / README.md):
 
 - values: :class:`Variable`, :class:`ShardedArray`
 - name-based checkpoints: :func:`save`, :func:`load`
+- object-based checkpoints: :class:`Trackable`, :class:`Module`, :class:`Checkpoint`,
+  :class:`LoadStatus`, :class:`Snapshot`, :func:`copy_state`
+- training runs: :class:`CheckpointManager`
 - inspection: :func:`load_checkpoint`, :func:`list_variables`, :func:`load_variable`,
   :func:`latest_checkpoint`
 - errors: :class:`CheckpointError`, :class:`CorruptCheckpointError`,
@@ -30,6 +33,17 @@ from .errors import (
     CorruptCheckpointError,
 )
 from .flat import load, save
+from .graph import (
+    Checkpoint,
+    Conflict,
+    LoadStatus,
+    Module,
+    RestorePlan,
+    Snapshot,
+    Trackable,
+    copy_state,
+)
+from .manager import CheckpointManager
 from .sharded import ShardedArray
 from .variables import Variable
 
@@ -39,6 +53,15 @@ __all__ = [
     "ShardedArray",
     "save",
     "load",
+    "Trackable",
+    "Module",
+    "Checkpoint",
+    "LoadStatus",
+    "RestorePlan",
+    "Conflict",
+    "Snapshot",
+    "copy_state",
+    "CheckpointManager",
     "CheckpointReader",
     "load_checkpoint",
     "list_variables",

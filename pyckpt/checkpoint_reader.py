@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .engine.reader import OpenCheckpoint, find_latest, open_checkpoint
-from .manager_state import read_checkpoint_name
+from .manager.state import read_checkpoint_name
 from .storage import resolve
 
 __all__ = ["CheckpointReader", "load_checkpoint", "list_variables", "load_variable",

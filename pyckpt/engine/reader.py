@@ -33,7 +33,7 @@ def find_latest(store: Store, directory: str, name: str = "ckpt") -> str | None:
 
 
 def _default_name(store: Store, directory: str) -> str:
-    from ..manager_state import read_checkpoint_name
+    from ..manager.state import read_checkpoint_name
 
     return read_checkpoint_name(store, directory) or "ckpt"
 

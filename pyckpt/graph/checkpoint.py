@@ -1,0 +1,148 @@
+"""``pyckpt.Checkpoint``: the root of an object-based checkpoint (API.md section 2)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..variables import Variable
+from .keys import VALUE_SUFFIX
+from .object_graph import MISSING, traverse, value_array
+from .restore import LoadStatus, RestoreSession
+from .snapshot import Snapshot, take_snapshot
+from .trackable import Trackable
+
+SAVE_COUNTER = "save_counter"
+SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX
+
+
+class Checkpoint(Trackable):
+    """Groups trackable objects under named edges and saves/restores them.
+
+    ``Checkpoint(model=net, optimizer=opt)``; later attribute assignment adds
+    edges too. ``save`` numbers checkpoints with a lazily created
+    ``save_counter``; ``write``/``read`` leave it alone.
+    """
+
+    def __init__(self, **objects: Any) -> None:
+        for name, value in objects.items():
+            if name == SAVE_COUNTER:
+                raise ValueError("'save_counter' is reserved for the checkpoint's own counter")
+            setattr(self, name, value)
+
+    # -- save counter ------------------------------------------------------------------
+    def _maybe_create_save_counter(self) -> Variable:
+        counter = self.__dict__.get("_save_counter")
+        if counter is None:
+            counter = Variable(np.int64(0), name=SAVE_COUNTER, trainable=False)
+            object.__setattr__(self, "_save_counter", counter)
+        return counter
+
+    @property
+    def save_counter(self) -> Variable:
+        """Number of ``save`` calls so far (created on first use, as in TensorFlow)."""
+        return self._maybe_create_save_counter()
+
+    def _pyckpt_children(self) -> list[tuple[str, Any]]:
+        out = super()._pyckpt_children()
+        counter = self.__dict__.get("_save_counter")
+        if counter is not None:
+            out.append((SAVE_COUNTER, counter))
+        return out
+
+    def _pyckpt_get_child(self, name: str) -> Any:
+        if name == SAVE_COUNTER:
+            counter = self.__dict__.get("_save_counter")
+            return MISSING if counter is None else counter
+        return super()._pyckpt_get_child(name)
+
+    # -- writing -----------------------------------------------------------------------
+    def save(self, file_prefix: Any, *, storage_options: dict | None = None,
+             metadata: dict | None = None, comm: Any = None) -> str:
+        """Increments ``save_counter`` and writes to ``f"{file_prefix}-{save_counter}"``."""
+        counter = self._maybe_create_save_counter()
+        counter.assign_add(1)
+        path = f"{os.fspath(file_prefix)}-{int(counter)}"
+        try:
+            return self.write(path, storage_options=storage_options, metadata=metadata, comm=comm)
+        except BaseException:
+            counter.assign_sub(1)  # a failed save does not use up a number
+            raise
+
+    def write(self, path: Any, *, storage_options: dict | None = None,
+              metadata: dict | None = None, comm: Any = None) -> str:
+        """Writes every tracked value and the object graph exactly at ``path``."""
+        from ..dist import resolve_comm
+        from ..engine.writer import save_tensors
+        from ..storage import resolve
+
+        live = traverse(self)
+        keys = live.value_keys()
+        arrays = [value_array(live.objects[n]) for n in live.values]
+        store, p = resolve(path, storage_options)
+        comm = resolve_comm(comm)
+        if comm is not None and comm.world_size > 1:
+            from ..dist.save import distributed_save
+
+            distributed_save(comm, store, p, list(zip(keys, [live.objects[n] for n in live.values])),
+                             graph=live.to_json(), metadata=metadata)
+        else:
+            save_tensors(store, p, list(zip(keys, arrays)), graph=live.to_json(),
+                         metadata=metadata, keys_checked=True)
+        return os.fspath(path)
+
+    # -- reading -----------------------------------------------------------------------
+    def _source(self, save_path: Any, storage_options: dict | None) -> Any:
+        from .sources import CheckpointSource, SnapshotSource
+
+        if isinstance(save_path, Snapshot):
+            return SnapshotSource(save_path)
+        from ..engine.reader import open_checkpoint
+
+        return CheckpointSource(open_checkpoint(save_path, storage_options))
+
+    def restore(self, save_path: Any, *, storage_options: dict | None = None) -> LoadStatus:
+        """Restores every matching value (and the save counter); values whose objects
+        do not exist yet are restored when they are created. ``None`` restores nothing."""
+        if save_path is None:
+            return LoadStatus(None, "restore(None): no checkpoint was given, nothing restored")
+        source = self._source(save_path, storage_options)
+        counter = self._maybe_create_save_counter()
+        # A checkpoint written by write() has no counter: then the counter is not
+        # reported as an unmatched object (use read() to leave it alone entirely).
+        has_counter = SAVE_COUNTER_KEY in source.graph.value
+        session = RestoreSession(source, self, exclude_objects=() if has_counter else (counter,))
+        session.restore_subtree(self, 0)
+        return LoadStatus(session)
+
+    def read(self, save_path: Any, *, storage_options: dict | None = None) -> LoadStatus:
+        """Like restore, but neither creates nor restores ``save_counter``."""
+        if save_path is None:
+            return LoadStatus(None, "read(None): no checkpoint was given, nothing restored")
+        source = self._source(save_path, storage_options)
+        counter = self.__dict__.get("_save_counter")
+        session = RestoreSession(source, self,
+                                 exclude_objects=(counter,) if counter is not None else (),
+                                 exclude_keys=(SAVE_COUNTER_KEY,))
+        session.restore_subtree(self, 0)
+        return LoadStatus(session)
+
+    def restore_plan(self, save_path: Any, *, storage_options: dict | None = None) -> Any:
+        """A dry run of ``restore``: what would match, what would not, what conflicts."""
+        from .plan import make_plan
+
+        source = self._source(save_path, storage_options)
+        return make_plan(source, self)
+
+    def snapshot(self, into: Snapshot | None = None) -> Snapshot:
+        """An in-memory copy of every tracked value, made in parallel.
+
+        ``restore(snapshot)`` puts it back. With ``into`` (an earlier snapshot of
+        the same structure) its buffers are reused instead of allocating new ones."""
+        return take_snapshot(self, into)
+
+    def __repr__(self) -> str:
+        names = [n for n, _ in self._pyckpt_children()]
+        return f"<pyckpt.Checkpoint {names}>"

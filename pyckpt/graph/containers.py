@@ -1,0 +1,95 @@
+"""Tracked lists and dicts: what a list or dict assigned to a Trackable
+attribute becomes, so that later mutations stay tracked and values pending
+from a restore are applied when their element appears (restore-on-create).
+
+As in TensorFlow, assigning a list or dict to an attribute stores a tracked
+copy: mutate it through the attribute (``self.layers.append(...)``), not
+through another reference to the original list.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from . import deferred
+
+
+def wrap(value: Any) -> Any:
+    """Tracked versions of plain lists and dicts (recursively); other values as they are."""
+    if type(value) is list:
+        return TrackedList(value)
+    if type(value) is dict:
+        return TrackedDict(value)
+    return value
+
+
+class TrackedList(list):
+    """A list whose elements are dependencies named by their index."""
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        super().__init__(wrap(v) for v in items)
+
+    def _added(self, index: int) -> None:
+        deferred.apply(self, str(index), list.__getitem__(self, index))
+
+    def append(self, value: Any) -> None:
+        super().append(wrap(value))
+        self._added(len(self) - 1)
+
+    def extend(self, values: Iterable[Any]) -> None:
+        for v in values:
+            self.append(v)
+
+    def insert(self, index: int, value: Any) -> None:
+        super().insert(index, wrap(value))
+        n = len(self)
+        i = index if index >= 0 else max(0, n - 1 + index)
+        self._added(min(i, n - 1))
+
+    def __iadd__(self, values: Iterable[Any]) -> "TrackedList":  # type: ignore[override]
+        self.extend(values)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            super().__setitem__(index, [wrap(v) for v in value])
+            for i in range(*index.indices(len(self))):
+                self._added(i)
+            return
+        super().__setitem__(index, wrap(value))
+        self._added(index if index >= 0 else len(self) + index)
+
+    def copy(self) -> list:  # type: ignore[override]
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"TrackedList({list.__repr__(self)})"
+
+
+class TrackedDict(dict):
+    """A dict whose entries are dependencies named by ``str(key)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        for k, v in dict(*args, **kwargs).items():
+            dict.__setitem__(self, k, wrap(v))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        value = wrap(value)
+        super().__setitem__(key, value)
+        deferred.apply(self, str(key), value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def copy(self) -> dict:  # type: ignore[override]
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"TrackedDict({dict.__repr__(self)})"

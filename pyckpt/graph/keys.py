@@ -1,0 +1,36 @@
+"""Checkpoint keys of object-based checkpoints, in TensorFlow's convention
+(docs/FORMAT.md section 5): ``net/l1/kernel/.ATTRIBUTES/VARIABLE_VALUE``."""
+
+from __future__ import annotations
+
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def escape(name: str) -> str:
+    """An edge name as a key component: ``.`` -> ``..``, then ``/`` -> ``.S``."""
+    return name.replace(".", "..").replace("/", ".S")
+
+
+def unescape(component: str) -> str:
+    out = []
+    i = 0
+    while i < len(component):
+        c = component[i]
+        if c == "." and i + 1 < len(component):
+            nxt = component[i + 1]
+            out.append("." if nxt == "." else "/" if nxt == "S" else "." + nxt)
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def value_key(path: list[str]) -> str:
+    """The key of the value held by the object at ``path`` (edge names from the root)."""
+    return "/".join(escape(p) for p in path) + VALUE_SUFFIX
+
+
+def path_string(path: list[str]) -> str:
+    """A readable path for messages: ``net.l1.kernel`` style, like attribute access."""
+    return ".".join(path) if path else "<root>"

@@ -1,0 +1,164 @@
+"""``Checkpoint.restore_plan``: a dry run of a restore, touching no value."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .keys import escape, path_string
+from .object_graph import MISSING, can_defer, get_child, traverse, value_array
+from .sources import ValueSource
+
+
+@dataclasses.dataclass(frozen=True)
+class Conflict:
+    key: str
+    checkpoint_shape: tuple[int, ...]
+    checkpoint_dtype: str
+    object_shape: tuple[int, ...]
+    object_dtype: str
+
+    def __str__(self) -> str:
+        return (f"{self.key}: checkpoint {self.checkpoint_shape} {self.checkpoint_dtype}, "
+                f"object {self.object_shape} {self.object_dtype}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RestorePlan:
+    """What ``restore(path)`` would do now.
+
+    - ``restore``: (checkpoint key, object path) pairs restored right away;
+    - ``pending``: keys whose objects do not exist yet but would be restored
+      when created (restore-on-create);
+    - ``unmatched_checkpoint_keys``: keys that would not be restored now
+      (includes ``pending``);
+    - ``unmatched_objects``: paths of existing values the checkpoint has no value for;
+    - ``conflicts``: matched pairs whose shape or dtype differ (restore would raise);
+    - ``suggested_prefix_map``: ``{checkpoint key prefix: object key prefix}`` when
+      the two structures match much better after swapping one prefix, else None.
+    """
+
+    restore: list[tuple[str, str]]
+    pending: list[str]
+    unmatched_checkpoint_keys: list[str]
+    unmatched_objects: list[str]
+    conflicts: list[Conflict]
+    suggested_prefix_map: dict[str, str] | None
+
+    @property
+    def ok(self) -> bool:
+        """True when a restore would consume everything with no conflict."""
+        return not (self.unmatched_checkpoint_keys or self.unmatched_objects or self.conflicts)
+
+    def __str__(self) -> str:
+        lines = [f"restore plan: {len(self.restore)} value(s) restored now, "
+                 f"{len(self.pending)} pending until their objects exist, "
+                 f"{len(self.unmatched_checkpoint_keys) - len(self.pending)} checkpoint value(s) "
+                 f"with no object, {len(self.unmatched_objects)} object(s) with no value, "
+                 f"{len(self.conflicts)} shape/dtype conflict(s)"]
+        for c in self.conflicts:
+            lines.append(f"  conflict  {c}")
+        for k in self.unmatched_checkpoint_keys[:20]:
+            lines.append(f"  {'pending' if k in self.pending else 'unused':8s}  {k}")
+        for p in self.unmatched_objects[:20]:
+            lines.append(f"  no value  {p}")
+        if self.suggested_prefix_map:
+            lines.append(f"  suggestion: map checkpoint prefixes {self.suggested_prefix_map}")
+        return "\n".join(lines)
+
+
+def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
+              exclude_keys: tuple = ()) -> RestorePlan:
+    g = source.graph
+    excl_obj = {id(o) for o in exclude_objects}
+    excl_keys = set(exclude_keys)
+    live = traverse(root, skip=excl_obj)
+    live_index = {id(o): i for i, o in enumerate(live.objects)}
+    matched: dict[int, Any] = {}
+    restore, conflicts, pending_nodes = [], [], []
+    matched_live: set[int] = set()
+    queue = [(root, 0)]
+    head = 0
+    while head < len(queue):
+        o, n = queue[head]
+        head += 1
+        if n in matched:
+            continue
+        matched[n] = o
+        key = g.value[n]
+        arr = value_array(o)
+        if key is not None and key not in excl_keys and arr is not None:
+            shape, dtype = source.shape_dtype(key)
+            i = live_index.get(id(o))
+            where = path_string(live.paths[i]) if i is not None else "?"
+            if tuple(arr.shape) != tuple(shape) or arr.dtype != dtype:
+                conflicts.append(Conflict(key, tuple(shape), np.dtype(dtype).name,
+                                          tuple(arr.shape), arr.dtype.name))
+            else:
+                restore.append((key, where))
+                matched_live.add(id(o))
+        for edge, child in g.edges[n]:
+            if child in matched:
+                continue
+            c = get_child(o, edge)
+            if c is MISSING:
+                if can_defer(o):
+                    pending_nodes.append(child)
+            else:
+                queue.append((c, child))
+    restored = {k for k, _ in restore}
+    pending = sorted(_keys_below(g, pending_nodes, excl_keys) - restored)
+    unmatched_keys = sorted(k for k in g.value
+                            if k is not None and k not in excl_keys and k not in restored)
+    unmatched_objects = [path_string(live.paths[v]) for v in live.values
+                         if id(live.objects[v]) not in matched_live]
+    suggestion = None
+    if unmatched_keys and unmatched_objects:
+        suggestion = _suggest_prefix(g, live, excl_keys)
+    return RestorePlan(restore, pending, unmatched_keys, unmatched_objects, conflicts, suggestion)
+
+
+def _keys_below(g: Any, nodes: list[int], excl: set[str]) -> set[str]:
+    out: set[str] = set()
+    seen = set(nodes)
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if g.value[n] is not None and g.value[n] not in excl:
+            out.add(g.value[n])
+        for _, c in g.edges[n]:
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    return out
+
+
+def _suggest_prefix(g: Any, live: Any, excl: set[str]) -> dict[str, str] | None:
+    """The (checkpoint prefix, object prefix) swap that lines up the most values."""
+    stored_paths = g.paths()
+    ck = [tuple(stored_paths[n]) for n, k in enumerate(g.value)
+          if k is not None and k not in excl and stored_paths[n] is not None]
+    ob = [tuple(live.paths[v]) for v in live.values]
+    by_suffix: dict[tuple, list[tuple]] = {}
+    for p in ob:
+        for k in range(1, len(p) + 1):
+            by_suffix.setdefault(p[-k:], []).append(p[:-k])
+    votes: Counter = Counter()
+    for p in ck:
+        for k in range(len(p), 0, -1):
+            prefixes = by_suffix.get(p[-k:])
+            if prefixes:
+                for q in set(prefixes):
+                    votes[(p[:-k], q)] += 1
+                break
+    votes.pop(((), ()), None)
+    if not votes:
+        return None
+    (cp, op), count = votes.most_common(1)[0]
+    if count < max(1, min(len(ck), len(ob)) // 2):
+        return None
+    fmt = lambda parts: "".join(escape(x) + "/" for x in parts)  # noqa: E731
+    return {fmt(cp): fmt(op)}

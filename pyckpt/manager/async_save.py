@@ -1,0 +1,57 @@
+"""Background saves for ``CheckpointManager.save(blocking=False)``.
+
+The caller's thread copies every tracked value into staging buffers (a
+parallel copy in the C++ core) and returns; one background thread writes the
+checkpoint from those buffers, commits it and applies retention. Values
+mutated after ``save`` returns therefore never reach that checkpoint.
+
+Host memory: one staging copy of the state. The buffers are kept and reused
+by the next async save (no allocation, no first-touch page faults), and at
+most one save is in flight: a new save first waits for the previous one.
+With ``max_async_bytes`` set, a state larger than that is saved blocking.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from ..graph.snapshot import Snapshot, take_snapshot
+
+
+class AsyncSaver:
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._staging: Snapshot | None = None
+        self._lock = threading.Lock()
+
+    def stage(self, root: Any) -> Snapshot:
+        """Copies the state of root into the reusable staging buffers."""
+        self._staging = take_snapshot(root, into=self._staging)
+        return self._staging
+
+    def start(self, work: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as e:  # surfaced at the next call on the manager
+                with self._lock:
+                    self._error = e
+
+        self._thread = threading.Thread(target=run, name="pyckpt-async-save", daemon=True)
+        self._thread.start()
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Waits for the in-flight save; re-raises its error (once)."""
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None
+        with self._lock:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err

@@ -1,0 +1,274 @@
+"""``pyckpt.CheckpointManager`` (API.md section 3): numbered checkpoints of a
+training run in one directory, retention, crash recovery, async saves.
+
+Save sequence (docs/PROTOCOL.md, "Manager"):
+ 1. wait for the previous async save (raising its error, if any);
+ 2. take or renew the writer lease; on the first save, clean up leftovers of
+    crashed runs (uncommitted ``<name>-<N>`` directories, half-done deletions);
+ 3. write and commit ``<directory>/<name>-<N>`` (in the background when
+    ``blocking=False``, from a staging copy made before returning);
+ 4. record it in the state file (atomic replace), then apply retention: a
+    checkpoint to delete is first marked ``deleting`` in the state file, then
+    its index is removed (it stops being a checkpoint), then its files.
+The newest committed checkpoint is never deleted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+import weakref
+from typing import Any, Callable
+
+from ..engine import naming
+from ..format import INDEX_NAME
+from ..storage import resolve
+from .async_save import AsyncSaver
+from .lock import WriterLease
+from .retention import check_mode, preserve, select_removals
+from .state import Entry, ManagerState, read_state, write_state
+
+_LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_pending_saves() -> None:  # an async save in flight at exit still commits
+    for m in list(_LIVE):
+        try:
+            m._async.wait()
+        except BaseException:
+            pass
+        m._lease.release()
+
+
+class CheckpointManager:
+    """Keeps the checkpoints of one run in ``directory`` (see the module doc)."""
+
+    def __init__(self, checkpoint: Any, directory: Any, max_to_keep: int | None = 5,
+                 keep_checkpoint_every_n_hours: float | None = None,
+                 checkpoint_name: str = "ckpt", step_counter: Any = None,
+                 checkpoint_interval: int | None = None, init_fn: Callable[[], Any] | None = None,
+                 best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
+                 storage_options: dict | None = None, *, max_async_bytes: int | None = None,
+                 lease_seconds: float = 600.0, clock: Callable[[], float] = time.time) -> None:
+        if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
+            raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
+        if max_to_keep is not None and max_to_keep < 1:
+            raise ValueError("max_to_keep must be None or at least 1")
+        if checkpoint_interval is not None and step_counter is None:
+            raise ValueError("checkpoint_interval needs a step_counter")
+        if not checkpoint_name or "/" in checkpoint_name:
+            raise ValueError(f"invalid checkpoint_name {checkpoint_name!r}")
+        self._checkpoint = checkpoint
+        self._store, self._dir = resolve(directory, storage_options)
+        self._storage_options = storage_options
+        self._max_to_keep = max_to_keep
+        self._every_n_hours = keep_checkpoint_every_n_hours
+        self._name = checkpoint_name
+        self._step_counter = step_counter
+        self._interval = checkpoint_interval
+        self._init_fn = init_fn
+        self._best_fn = best_fn
+        self._best_mode = check_mode(best_mode)
+        self._max_async_bytes = max_async_bytes
+        self._clock = clock
+        self._lease = WriterLease(self._store, self._dir, lease_seconds, clock)
+        self._async = AsyncSaver()
+        self._last_step: int | None = None
+        self._cleaned = False
+        self._state = self._recover()
+        _LIVE.add(self)
+
+    # -- recovery ---------------------------------------------------------------------
+    def _committed(self) -> dict[str, int]:
+        out = {}
+        for entry in self._store.listdir(self._dir):
+            step = naming.parse_step(entry, self._name)
+            if step is not None and self._store.exists(
+                    self._store.join(self._dir, entry, INDEX_NAME)):
+                out[entry] = step
+        return out
+
+    def _recover(self) -> ManagerState:
+        doc = read_state(self._store, self._dir)
+        state = ManagerState.from_json(doc, self._name) if doc else ManagerState(self._name)
+        if state.checkpoint_name != self._name:
+            state = ManagerState(self._name)
+        committed = self._committed()
+        state.active = [e for e in state.active if e.name in committed]
+        state.preserved = [e for e in state.preserved if e.name in committed]
+        known = {e.name for e in state.active} | {e.name for e in state.preserved} | set(state.deleting)
+        for name in sorted((n for n in committed if n not in known), key=committed.get):
+            # committed but not recorded: the process died between commit and state update
+            mtime = self._store.mtime(self._store.join(self._dir, name, INDEX_NAME))
+            state.active.append(Entry(name, committed[name], mtime or self._clock()))
+        if state.last_preserved_time is None:
+            state.last_preserved_time = self._clock()
+        return state
+
+    def _cleanup_leftovers(self) -> None:
+        """Finishes interrupted deletions and removes never-committed checkpoints."""
+        committed = self._committed()
+        for name in list(self._state.deleting):
+            self._delete(name)
+        keep = {e.name for e in self._state.active} | {e.name for e in self._state.preserved}
+        for entry in self._store.listdir(self._dir):
+            if naming.parse_step(entry, self._name) is not None and entry not in committed \
+                    and entry not in keep:
+                self._store.rmtree(self._store.join(self._dir, entry))
+            elif entry.startswith(".pyckpt-manager.") and ".tmp-" in entry:
+                # temp file of a state/lock write interrupted by a crash (we hold the lease)
+                self._store.delete([self._store.join(self._dir, entry)])
+        self._cleaned = True
+
+    # -- properties ---------------------------------------------------------------------
+    @property
+    def directory(self) -> str:
+        return self._store.url(self._dir)
+
+    @property
+    def checkpoint(self) -> Any:
+        return self._checkpoint
+
+    @property
+    def checkpoints(self) -> list[str]:
+        """Paths of the kept checkpoints subject to retention, oldest first."""
+        return [self._url(e.name) for e in self._state.active]
+
+    @property
+    def preserved_checkpoints(self) -> list[str]:
+        """Paths kept forever by ``keep_checkpoint_every_n_hours``."""
+        return [self._url(e.name) for e in self._state.preserved]
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        if self._state.active:
+            return self._url(self._state.active[-1].name)
+        if self._state.preserved:
+            return self._url(max(self._state.preserved, key=lambda e: e.time).name)
+        return None
+
+    def _url(self, name: str) -> str:
+        return self._store.url(self._store.join(self._dir, name))
+
+    # -- saving ---------------------------------------------------------------------------
+    def save(self, checkpoint_number: Any = None, check_interval: bool = True,
+             blocking: bool = True, metrics: dict | None = None) -> str | None:
+        """Saves a new numbered checkpoint; returns its path, or None when the step
+        interval says it is too soon. With ``blocking=False`` it returns once the
+        state is copied to host memory and finishes in the background."""
+        self._async.wait()
+        if self._interval is not None:
+            step = int(self._step_counter)
+            if self._last_step is not None:
+                if step == self._last_step or (check_interval and step < self._last_step + self._interval):
+                    return None
+            self._last_step = step
+        if metrics is not None:
+            json.dumps(metrics, allow_nan=False)  # must be storable in the state file
+        self._store.makedirs(self._dir)
+        self._lease.refresh()
+        if not self._cleaned:
+            self._cleanup_leftovers()
+        counter = self._checkpoint.save_counter
+        counter.assign_add(1)
+        number = int(checkpoint_number) if checkpoint_number is not None else int(counter)
+        name = f"{self._name}-{number}"
+        path = self._store.join(self._dir, name)
+        url = self._store.url(path)
+        if blocking or not self._async_fits():
+            try:
+                self._checkpoint.write(url, storage_options=self._storage_options)
+            except BaseException:
+                counter.assign_sub(1)
+                raise
+            self._record(name, number, metrics)
+            return url
+        staged = self._async.stage(self._checkpoint)
+
+        def work() -> None:
+            from ..engine.writer import save_tensors
+
+            save_tensors(self._store, path, list(staged.arrays.items()), graph=staged.graph_doc,
+                         keys_checked=True)
+            self._record(name, number, metrics)
+
+        self._async.start(work)
+        return url
+
+    def _async_fits(self) -> bool:
+        if self._max_async_bytes is None:
+            return True
+        from ..graph.object_graph import traverse, value_array
+
+        live = traverse(self._checkpoint)
+        total = sum(value_array(live.objects[n]).nbytes for n in live.values)
+        return total <= self._max_async_bytes
+
+    def _record(self, name: str, number: int, metrics: dict | None) -> None:
+        """After a commit: list it, then apply retention."""
+        self._lease.refresh()
+        st = self._state
+        st.active = [e for e in st.active if e.name != name]
+        st.active.append(Entry(name, number, self._clock(), metrics))
+        for e in select_removals(st.active, self._max_to_keep, self._best_fn, self._best_mode):
+            st.active.remove(e)
+            if preserve(e, st.last_preserved_time or 0.0, self._every_n_hours):
+                st.preserved.append(e)
+                st.last_preserved_time = e.time
+            else:
+                st.deleting.append(e.name)
+        write_state(self._store, self._dir, st)
+        if st.deleting:
+            for n in list(st.deleting):
+                self._delete(n)
+            write_state(self._store, self._dir, st)
+
+    def _delete(self, name: str) -> None:
+        """Un-commits (index first) and removes one checkpoint; forgets the mark."""
+        path = self._store.join(self._dir, name)
+        self._store.delete([self._store.join(path, INDEX_NAME)])
+        self._store.sync_dir(path)
+        self._store.rmtree(path)
+        if name in self._state.deleting:
+            self._state.deleting.remove(name)
+
+    # -- other calls -----------------------------------------------------------------------
+    def wait_until_finished(self) -> None:
+        """Waits for an async save; raises its error if it failed."""
+        self._async.wait()
+
+    def restore_or_initialize(self) -> str | None:
+        """Restores the latest checkpoint and returns its path; else runs init_fn
+        (if any) and returns None."""
+        self._async.wait()
+        latest = self.latest_checkpoint
+        if latest is not None:
+            self._checkpoint.restore(latest, storage_options=self._storage_options)
+            return latest
+        if self._init_fn is not None:
+            self._init_fn()
+        return None
+
+    def close(self) -> None:
+        """Waits for pending work and gives up the writer lease."""
+        try:
+            self._async.wait()
+        finally:
+            self._lease.release()
+
+    def __del__(self) -> None:
+        lease = self.__dict__.get("_lease")
+        if lease is not None and lease.held:
+            lease.release()
+
+    def __enter__(self) -> "CheckpointManager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<CheckpointManager {self.directory!r}: {len(self._state.active)} kept, "
+                f"latest {self.latest_checkpoint!r}>")

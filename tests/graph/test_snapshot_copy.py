@@ -1,0 +1,92 @@
+"""Checkpoint.snapshot / restore(snapshot) and pyckpt.copy_state (API.md sections 2 and 5)."""
+
+import numpy as np
+import pytest
+
+import pyckpt
+
+
+class Net(pyckpt.Module):
+    def __init__(self, seed):
+        rng = np.random.default_rng(seed)
+        self.w = pyckpt.Variable(rng.standard_normal((64, 32)).astype(np.float32))
+        self.b = pyckpt.Variable(rng.standard_normal(32).astype(np.float32))
+        self.layers = [pyckpt.Variable(rng.standard_normal((8, 8))) for _ in range(3)]
+        self.step = np.zeros((), dtype=np.int64)
+        self.t = rng.standard_normal((40, 30)).T  # a strided ndarray leaf
+
+
+def test_snapshot_is_a_copy_and_restores(tmp_path):
+    net = Net(0)
+    ckpt = pyckpt.Checkpoint(net=net)
+    snap = ckpt.snapshot()
+    before = net.w.numpy()
+    net.w.assign_add(np.ones_like(before))
+    net.t[0, 0] = 123.0
+    assert np.array_equal(snap["net/w/.ATTRIBUTES/VARIABLE_VALUE"], before)  # unaffected
+    ckpt.restore(snap).assert_consumed()
+    np.testing.assert_array_equal(net.w.numpy(), before)
+    assert net.t[0, 0] != 123.0
+    assert snap.nbytes > 0 and len(snap) == len(snap.keys())
+
+
+def test_snapshot_arrays_are_read_only_and_reusable():
+    net = Net(1)
+    ckpt = pyckpt.Checkpoint(net=net)
+    first = ckpt.snapshot()
+    with pytest.raises(ValueError):
+        first["net/b/.ATTRIBUTES/VARIABLE_VALUE"][0] = 1
+    buf = first["net/w/.ATTRIBUTES/VARIABLE_VALUE"]
+    net.w.assign(np.zeros((64, 32), np.float32))
+    second = ckpt.snapshot(into=first)
+    assert second["net/w/.ATTRIBUTES/VARIABLE_VALUE"] is buf and not buf.any()
+
+
+def test_snapshot_restores_into_another_instance_with_deferred_values():
+    src = pyckpt.Checkpoint(net=Net(2))
+    snap = src.snapshot()
+    lazy = pyckpt.Checkpoint(net=pyckpt.Module())
+    status = lazy.restore(snap)
+    lazy.net.w = pyckpt.Variable(np.zeros((64, 32), np.float32))
+    np.testing.assert_array_equal(lazy.net.w.numpy(), src.net.w.numpy())
+    with pytest.raises(AssertionError):
+        status.assert_consumed()
+
+
+def test_copy_state_keeps_a_past_copy_of_a_network():
+    """The seeds' 'network_B keeps a copy of network_A from some steps ago' case."""
+    a, b = Net(3), Net(4)
+    pyckpt.copy_state(a, b)
+    for va, vb in zip(a.variables, b.variables):
+        assert va is not vb
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+    np.testing.assert_array_equal(a.t, b.t)
+    a.w.assign_add(np.ones((64, 32), np.float32))
+    assert not np.array_equal(a.w.numpy(), b.w.numpy())
+
+
+def test_copy_state_strict_lists_every_mismatch():
+    a, b = Net(5), Net(6)
+    b.extra = pyckpt.Variable(1.0)
+    b.w = pyckpt.Variable(np.zeros((64, 31), np.float32))
+    b_w = b.w.numpy()
+    with pytest.raises(ValueError) as ei:
+        pyckpt.copy_state(a, b)
+    msg = str(ei.value)
+    assert "extra" in msg and "w/.ATTRIBUTES" in msg and "(64, 31)" in msg
+    np.testing.assert_array_equal(b.w.numpy(), b_w)  # nothing copied
+    pyckpt.copy_state(a, b, strict=False)  # skips the mismatches, copies the rest
+    np.testing.assert_array_equal(a.b.numpy(), b.b.numpy())
+
+
+def test_copy_state_between_trees_and_from_snapshot():
+    src = {"w": np.arange(6.0).reshape(2, 3), "n": 4, "sub": [np.ones(2)]}
+    dst = {"w": np.zeros((2, 3)), "n": 0, "sub": [np.zeros(2)]}
+    assert pyckpt.copy_state(src, dst) is dst
+    np.testing.assert_array_equal(dst["w"], src["w"])
+    assert dst["n"] == 4
+    net = Net(7)
+    snap = pyckpt.Checkpoint(net=net).snapshot()
+    other = pyckpt.Checkpoint(net=Net(8))
+    pyckpt.copy_state(snap, other)
+    np.testing.assert_array_equal(other.net.w.numpy(), net.w.numpy())
