@@ -14,7 +14,8 @@ One run measures, on a deterministic model-like state (~1 GiB by default):
 
 Contenders are interleaved (every round runs each one once, in a rotating order) and
 a ballast buffer the size of the state is touched and freed before every timed
-operation, so that first-touch page faults of a VM do not land on one contender.
+operation, so that first-touch page faults of a VM do not land on one contender
+(the measurement harness is in harness.py, the state in model_state.py).
 See benchmarks/README.md for how to read the output.
 """
 
@@ -23,50 +24,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import importlib
-import json
 import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-GB = 1e9  # throughput unit: 10**9 bytes per second
-MiB = 1 << 20
-GiB = 1 << 30
-
-# ---------------------------------------------------------------------------
-# imports
-# ---------------------------------------------------------------------------
-
-
-def import_pyckpt():
-    """pyckpt as installed, else from the repository this script lives in."""
-    try:
-        return importlib.import_module("pyckpt")
-    except ImportError:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        try:
-            return importlib.import_module("pyckpt")
-        except ImportError:
-            return None
-
-
-def optional_import(name: str):
-    try:
-        return importlib.import_module(name)
-    except Exception:  # a broken install counts as missing
-        return None
-
+from harness import (GB, GiB, MiB, Column, PeakMemory, Results, import_pyckpt, machine_info,
+                     name_column, optional_import, print_machine, print_pairs, print_table,
+                     rotated, run_contender, run_threads, split_balanced, summarize,
+                     throughput_columns, timed, touch_ballast, version_of, write_json)
+from model_state import build_state, describe_state
 
 pyckpt = import_pyckpt()
 safetensors_numpy = optional_import("safetensors.numpy")
@@ -85,149 +60,21 @@ MODULES = {
 # DCP warns that it runs without a process group: that is what we want here.
 warnings.filterwarnings("ignore", message=r".*torch\.distributed is disabled.*")
 
-# ---------------------------------------------------------------------------
-# machine description
-# ---------------------------------------------------------------------------
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _mem_total_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024 / GiB
-    except OSError:
-        pass
-    return None
-
-
-def _filesystem_of(path: str) -> str:
-    """Mount point and type of the filesystem holding ``path`` (from /proc/mounts)."""
-    best = ("?", "?")
-    try:
-        real = os.path.realpath(path)
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                mnt, fstype = parts[1], parts[2]
-                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
-                    best = (mnt, fstype)
-    except (OSError, IndexError):
-        pass
-    return f"{best[1]} on {best[0]}"
-
-
-def _version(mod) -> str | None:
-    if mod is None:
-        return None
-    return str(getattr(mod, "__version__", "unknown"))
-
-
-def machine_info(bench_dir: str) -> dict:
-    info = {
-        "nproc": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu_model": _cpu_model(),
-        "mem_total_gib": _mem_total_gib(),
-        "kernel": platform.release(),
-        "bench_dir": bench_dir,
-        "filesystem": _filesystem_of(bench_dir),
-    }
+def library_versions() -> dict:
     versions = {
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "pyckpt": _version(pyckpt),
-        "safetensors": _version(optional_import("safetensors")) if safetensors_numpy else None,
-        "torch": _version(torch),
-        "crc32c": _version(crc32c_pkg),
+        "pyckpt": version_of(pyckpt),
+        "safetensors": version_of(optional_import("safetensors")) if safetensors_numpy else None,
+        "torch": version_of(torch),
+        "crc32c": version_of(crc32c_pkg),
     }
     if pyckpt is not None:
         versions["pyckpt_crc32c_impl"] = pyckpt._core.crc32c_implementation()
-    return {"machine": info, "versions": versions}
-
-
-def print_machine(meta: dict) -> None:
-    m, v = meta["machine"], meta["versions"]
-    print(f"machine : {m['cpu_model']}, nproc={m['nproc']} (usable {m['usable_cpus']}), "
-          f"{m['mem_total_gib']:.1f} GiB RAM, kernel {m['kernel']}")
-    print(f"dir     : {m['bench_dir']} ({m['filesystem']})")
-    print("versions: " + ", ".join(f"{k}={'MISSING' if val is None else val}" for k, val in v.items()))
+    return versions
 
 
 # ---------------------------------------------------------------------------
-# the state
-# ---------------------------------------------------------------------------
-
-
-def build_state(total_bytes: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """A transformer-like float32 state: params + Adam m + Adam v (params ~ 1/3 of bytes).
-
-    Params: an embedding table, 4 large matrices per layer (qkv, out, mlp in/out), and
-    8 small vectors per layer (biases, LayerNorm weight/bias) -- a few hundred small
-    tensors once m and v are added. Hidden size and vocabulary follow ``total_bytes``.
-    """
-    n_layers = 12
-    param_floats = max(total_bytes // 3 // 4, 1 << 16)
-    # ~80% of the params in layer matrices: 12 * d^2 floats per layer.
-    d = max(64, int((0.8 * param_floats / (12 * n_layers)) ** 0.5) // 64 * 64)
-    shapes: dict[str, tuple[int, ...]] = {}
-    for i in range(n_layers):
-        p = f"layers.{i}"
-        shapes[f"{p}.attn.qkv.weight"] = (d, 3 * d)
-        shapes[f"{p}.attn.qkv.bias"] = (3 * d,)
-        shapes[f"{p}.attn.out.weight"] = (d, d)
-        shapes[f"{p}.attn.out.bias"] = (d,)
-        shapes[f"{p}.mlp.fc1.weight"] = (d, 4 * d)
-        shapes[f"{p}.mlp.fc1.bias"] = (4 * d,)
-        shapes[f"{p}.mlp.fc2.weight"] = (4 * d, d)
-        shapes[f"{p}.mlp.fc2.bias"] = (d,)
-        for ln in ("ln1", "ln2"):
-            shapes[f"{p}.{ln}.weight"] = (d,)
-            shapes[f"{p}.{ln}.bias"] = (d,)
-    shapes["final_ln.weight"] = (d,)
-    shapes["final_ln.bias"] = (d,)
-    used = sum(int(np.prod(s)) for s in shapes.values())
-    vocab = max(256, (param_floats - used) // d)
-    shapes = {"embed.weight": (vocab, d), **shapes}
-
-    rng = np.random.default_rng(seed)
-    state: dict[str, np.ndarray] = {}
-    for name, shape in shapes.items():
-        state[f"params.{name}"] = rng.standard_normal(shape, dtype=np.float32)
-    for name, shape in shapes.items():
-        state[f"adam.m.{name}"] = rng.standard_normal(shape, dtype=np.float32) * np.float32(1e-3)
-    for name, shape in shapes.items():
-        v = rng.standard_normal(shape, dtype=np.float32)
-        np.square(v, out=v)
-        v *= np.float32(1e-6)
-        state[f"adam.v.{name}"] = v
-    return state
-
-
-def describe_state(state: dict[str, np.ndarray]) -> dict:
-    sizes = sorted((a.nbytes for a in state.values()), reverse=True)
-    return {
-        "bytes": sum(sizes),
-        "tensors": len(sizes),
-        "small_tensors_under_64KiB": sum(s < 64 * 1024 for s in sizes),
-        "largest_bytes": sizes[0],
-        "param_bytes": sum(a.nbytes for k, a in state.items() if k.startswith("params.")),
-    }
-
-
-# ---------------------------------------------------------------------------
-# OS helpers: durability, cache control, first-touch ballast, memory sampling
+# OS helpers: durability, page cache, CPU pinning
 # ---------------------------------------------------------------------------
 
 
@@ -250,13 +97,6 @@ def fsync_tree(root: str | os.PathLike) -> None:
         fsync_path(d)
 
 
-def touch_ballast(nbytes: int) -> None:
-    """Allocate, touch every page of, and free ``nbytes``: later allocations of the
-    same size reuse guest pages the host has already backed (no first-touch faults)."""
-    ballast = np.ones(nbytes, dtype=np.uint8)
-    del ballast
-
-
 def warm_read(root: str | os.PathLike) -> None:
     """Read every file under ``root`` once so it sits in the page cache."""
     buf = bytearray(16 * MiB)
@@ -268,6 +108,7 @@ def warm_read(root: str | os.PathLike) -> None:
 
 
 def drop_caches() -> None:
+    """``sync`` then drop the page cache of the whole machine (needs root)."""
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("1")
@@ -281,69 +122,27 @@ def can_drop_caches() -> tuple[bool, str]:
         return False, f"{type(e).__name__}: {e}"
 
 
-def _proc_status_kib(*fields: str) -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key = line.split(":", 1)[0]
-            if key in fields:
-                out[key] = int(line.split()[1])
-    return out
-
-
-class PeakMemory:
-    """Peak increase of VmRSS / RssAnon over the value at entry.
-
-    A thread samples /proc/self/status every ``interval`` seconds; in addition the
-    kernel's own high-water mark (VmHWM) is reset at entry through
-    /proc/self/clear_refs when allowed, so a peak between two samples is not missed.
-    """
-
-    def __init__(self, interval: float = 0.002):
-        self.interval = interval
-        self._stop = threading.Event()
-        self.samples = 0
-
-    def __enter__(self):
-        gc.collect()
-        base = _proc_status_kib("VmRSS", "RssAnon")
-        self.base_rss, self.base_anon = base["VmRSS"], base.get("RssAnon", 0)
-        self.peak_rss, self.peak_anon = self.base_rss, self.base_anon
+def pin_to_one_cpu() -> Callable[[], None]:
+    """Pin every thread of this process to one CPU; returns a function restoring it."""
+    if not hasattr(os, "sched_setaffinity"):
+        return lambda: None
+    before = os.sched_getaffinity(0)
+    cpu = {min(before)}
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    for tid in tids:
         try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # reset VmHWM to the current RSS
-            self.hwm_reset = True
+            os.sched_setaffinity(tid, cpu)
         except OSError:
-            self.hwm_reset = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
+            pass
 
-    def _sample(self):
-        s = _proc_status_kib("VmRSS", "RssAnon")
-        self.peak_rss = max(self.peak_rss, s["VmRSS"])
-        self.peak_anon = max(self.peak_anon, s.get("RssAnon", 0))
-        self.samples += 1
+    def restore():
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, before)
+            except OSError:
+                pass
 
-    def _run(self):
-        while not self._stop.wait(self.interval):
-            self._sample()
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-        if self.hwm_reset:
-            self.peak_rss = max(self.peak_rss, _proc_status_kib("VmHWM")["VmHWM"])
-        return False
-
-    def result(self) -> dict:
-        return {
-            "peak_rss_increase_bytes": (self.peak_rss - self.base_rss) * 1024,
-            "peak_anon_increase_bytes": (self.peak_anon - self.base_anon) * 1024,
-            "samples": self.samples,
-            "kernel_hwm_used": self.hwm_reset,
-        }
+    return restore
 
 
 # ---------------------------------------------------------------------------
@@ -351,17 +150,6 @@ class PeakMemory:
 # ---------------------------------------------------------------------------
 
 RAW_THREADS = 2
-
-
-def _split_balanced(state: dict[str, np.ndarray], parts: int) -> list[list[str]]:
-    """Partition keys into ``parts`` lists of about equal bytes (largest first, greedy)."""
-    bins: list[list[str]] = [[] for _ in range(parts)]
-    load = [0] * parts
-    for key in sorted(state, key=lambda k: state[k].nbytes, reverse=True):
-        i = load.index(min(load))
-        bins[i].append(key)
-        load[i] += state[key].nbytes
-    return bins
 
 
 def _bytes_view(a: np.ndarray) -> memoryview:
@@ -382,26 +170,6 @@ def _preadv_all(fd: int, view: memoryview, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def _run_threads(fn: Callable[[int], Any], n: int) -> list:
-    results: list = [None] * n
-    errors: list = []
-
-    def wrap(i):
-        try:
-            results[i] = fn(i)
-        except BaseException as e:  # re-raised in the caller
-            errors.append(e)
-
-    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
-
-
 @dataclasses.dataclass
 class RawHandle:
     root: Path
@@ -411,7 +179,7 @@ class RawHandle:
 
 def raw_save(state, out: Path, ctx) -> RawHandle:
     out.mkdir()
-    bins = _split_balanced(state, RAW_THREADS)
+    bins = split_balanced(state, RAW_THREADS)
     files = [out / f"part{i}.bin" for i in range(RAW_THREADS)]
     plans: list[list] = [[] for _ in range(RAW_THREADS)]
 
@@ -428,7 +196,7 @@ def raw_save(state, out: Path, ctx) -> RawHandle:
         finally:
             os.close(fd)
 
-    _run_threads(write_part, RAW_THREADS)
+    run_threads(write_part, RAW_THREADS)
     fsync_path(out)
     return RawHandle(out, files, plans)
 
@@ -446,7 +214,7 @@ def raw_load(h: RawHandle, ctx) -> dict[str, np.ndarray]:
         finally:
             os.close(fd)
 
-    _run_threads(read_part, RAW_THREADS)
+    run_threads(read_part, RAW_THREADS)
     return out
 
 
@@ -609,18 +377,6 @@ def make_context(state: dict[str, np.ndarray]) -> Context:
 # ---------------------------------------------------------------------------
 
 
-def timed(fn: Callable, *args) -> tuple[float, Any]:
-    gc.collect()
-    gc.disable()
-    try:
-        t0 = time.perf_counter()
-        result = fn(*args)
-        seconds = time.perf_counter() - t0
-    finally:
-        gc.enable()
-    return seconds, result
-
-
 def verify(result, state: dict[str, np.ndarray]) -> None:
     """The loaded tree must hold exactly the saved arrays (checked in round 0 only)."""
     if set(result) != set(state):
@@ -636,42 +392,12 @@ def verify(result, state: dict[str, np.ndarray]) -> None:
             raise AssertionError(f"tensor {k!r} differs after load")
 
 
-class Results:
-    """seconds[phase][contender] = list of per-round times (None where it failed)."""
-
-    PHASES = ("save", "load (warm cache)", "load (cold cache)")
-
-    def __init__(self):
-        self.seconds: dict[str, dict[str, list]] = {p: {} for p in self.PHASES}
-        self.errors: dict[str, str] = {}
-        self.meta: dict[str, dict] = {}  # contender -> kind / compare_to / limit flags
-
-    def add(self, phase, name, rnd, seconds):
-        row = self.seconds[phase].setdefault(name, [])
-        row.extend([None] * (rnd + 1 - len(row)))
-        row[rnd] = seconds
-
-
-def run_contender(results: Results, phase: str, name: str, rnd: int, fn: Callable, *args,
-                  check: Callable | None = None):
-    """Times one call; a failure disables the contender instead of ending the run."""
-    if name in results.errors:
-        return None
-    try:
-        seconds, out = timed(fn, *args)
-        if check is not None:
-            check(out)
-    except Exception as e:  # keep going: report the failure at the end
-        results.errors[name] = f"{type(e).__name__}: {e}"
-        print(f"    ! {name} failed: {results.errors[name]} -- skipped from now on")
-        return None
-    results.add(phase, name, rnd, seconds)
-    return out
+PHASES = ("save", "load (warm cache)", "load (cold cache)")
 
 
 def run_rounds(formats: list[Format], ctx: Context, rounds: int, workdir: Path,
                cold: bool, verbose: bool = True) -> Results:
-    res = Results()
+    res = Results(PHASES)
     for fmt in formats:
         res.meta[fmt.name] = {"phase": "save", "limit": fmt.is_limit, "pyckpt": fmt.is_pyckpt,
                               "compare_to": None if fmt.is_pyckpt else PYCKPT_SAVE}
@@ -684,9 +410,8 @@ def run_rounds(formats: list[Format], ctx: Context, rounds: int, workdir: Path,
                     "kind": ls.kind,
                     "compare_to": ls.compare_to and ls.compare_to + " [cold]"}
 
-    n = len(formats)
     for rnd in range(rounds):
-        order = formats[rnd % n:] + formats[:rnd % n]
+        order = rotated(formats, rnd)
         t_round = time.perf_counter()
         for fmt in order:
             out = workdir / f"r{rnd}-{fmt.name.replace(' ', '_').replace('.', '_')}"
@@ -728,95 +453,30 @@ def run_rounds(formats: list[Format], ctx: Context, rounds: int, workdir: Path,
 # ---------------------------------------------------------------------------
 
 
-def _valid(xs):
-    return [x for x in xs if x is not None]
+def _fmt_fraction(n: str, s: dict) -> str:
+    return f"{s['fraction_of_limit']:.2f}" if s.get("fraction_of_limit") else "-"
 
 
-def summarize(res: Results, nbytes: int) -> dict:
-    """Per-phase stats, ratios to the limit, pyckpt speedups, per-round pair ratios."""
-    summary: dict[str, dict] = {}
-    for phase, rows in res.seconds.items():
-        if not rows:
-            continue
-        stats = {}
-        for name, secs in rows.items():
-            v = _valid(secs)
-            if not v:
-                continue
-            stats[name] = {
-                "median_s": statistics.median(v),
-                "median_gbps": nbytes / statistics.median(v) / GB,
-                "min_gbps": nbytes / max(v) / GB,
-                "max_gbps": nbytes / min(v) / GB,
-                "rounds": len(v),
-                **{k: val for k, val in res.meta.get(name, {}).items() if k != "phase"},
-            }
-        limit = next((n for n in stats if stats[n].get("limit")), None)
-        for name, s in stats.items():
-            s["fraction_of_limit"] = (stats[limit]["median_s"] / s["median_s"]) if limit else None
-            ref = s.get("compare_to")
-            if ref and ref in stats:
-                # > 1: pyckpt is faster than this contender (ratio of median times)
-                s["pyckpt_speedup"] = s["median_s"] / stats[ref]["median_s"]
-                pairs = [p / q for p, q in zip(rows[name], rows[ref])
-                         if p is not None and q is not None]
-                if pairs:
-                    s["pair_ratios"] = pairs
-                    s["pair_ratio_median"] = statistics.median(pairs)
-        summary[phase] = {"limit": limit, "contenders": stats}
-    return summary
+def _fmt_speedup(n: str, s: dict) -> str:
+    return f"{s['pyckpt_speedup']:.2f}x" if "pyckpt_speedup" in s else "-"
+
+
+TABLE_COLUMNS = [name_column(28), Column("kind", 6, lambda n, s: s.get("kind", "-"), left=True),
+                 *throughput_columns(), Column("vs limit", 9, _fmt_fraction),
+                 Column("pyckpt x", 9, _fmt_speedup)]
 
 
 def print_tables(summary: dict, nbytes: int) -> None:
     for phase, block in summary.items():
-        stats = block["contenders"]
-        print(f"\n== {phase.upper()}  ({nbytes / GiB:.3f} GiB state; GB/s = 1e9 bytes/s; "
-              f"limit = {block['limit'] or 'n/a'})")
-        hdr = (f"  {'contender':<28} {'kind':<6} {'median GB/s':>11} {'min':>7} {'max':>7} "
-               f"{'median s':>9} {'vs limit':>9} {'pyckpt x':>9}")
-        print(hdr)
-        print("  " + "-" * (len(hdr) - 2))
-        for name, s in stats.items():
-            frac = f"{s['fraction_of_limit']:.2f}" if s.get("fraction_of_limit") else "-"
-            spd = f"{s['pyckpt_speedup']:.2f}x" if "pyckpt_speedup" in s else "-"
-            print(f"  {name:<28} {s.get('kind', '-'):<6} {s['median_gbps']:>11.2f} "
-                  f"{s['min_gbps']:>7.2f} {s['max_gbps']:>7.2f} {s['median_s']:>9.3f} "
-                  f"{frac:>9} {spd:>9}")
-        pairs = {n: s for n, s in stats.items() if "pair_ratios" in s}
-        if pairs:
-            print("  per-round pairs (peer time / pyckpt time in the same round; > 1 = pyckpt faster):")
-            for name, s in pairs.items():
-                rs = ", ".join(f"{r:.2f}" for r in s["pair_ratios"])
-                print(f"    {name:<26} vs {s['compare_to']:<24} median {s['pair_ratio_median']:.2f}x"
-                      f"  [{rs}]")
+        print_table(f"== {phase.upper()}  ({nbytes / GiB:.3f} GiB state; GB/s = 1e9 bytes/s; "
+                    f"limit = {block['limit'] or 'n/a'})", block["contenders"], TABLE_COLUMNS)
+        print_pairs(block["contenders"], "per-round pairs (peer time / pyckpt time in the same "
+                    "round; > 1 = pyckpt faster):")
 
 
 # ---------------------------------------------------------------------------
 # extra measurements: CRC32C and peak memory
 # ---------------------------------------------------------------------------
-
-
-def _pin_to_one_cpu():
-    """Pin every thread of this process to one CPU; returns a function restoring it."""
-    if not hasattr(os, "sched_setaffinity"):
-        return lambda: None
-    before = os.sched_getaffinity(0)
-    cpu = {min(before)}
-    tids = [int(t) for t in os.listdir("/proc/self/task")]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cpu)
-        except OSError:
-            pass
-
-    def restore():
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, before)
-            except OSError:
-                pass
-
-    return restore
 
 
 def bench_crc(nbytes: int = 256 * MiB, reps: int = 3) -> dict:
@@ -834,7 +494,7 @@ def bench_crc(nbytes: int = 256 * MiB, reps: int = 3) -> dict:
         print("  note: crc32c package missing, skipped")
     impls["zlib.crc32 (CRC32, not C)"] = lambda: zlib.crc32(view)
 
-    restore = _pin_to_one_cpu()
+    restore = pin_to_one_cpu()
     out = {}
     try:
         for name, fn in impls.items():
@@ -934,7 +594,7 @@ def main(argv=None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     workdir = base if own_dir else Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir=base))
 
-    meta = machine_info(str(workdir))
+    meta = machine_info(str(workdir), library_versions())
     print_machine(meta)
     formats = select_formats()
     if torch is not None:
@@ -964,7 +624,7 @@ def main(argv=None) -> int:
 
     try:
         res = run_rounds(formats, ctx, args.rounds, workdir, cold)
-        summary = summarize(res, ctx.nbytes)
+        summary = summarize(res, ctx.nbytes, ratio_key="pyckpt_speedup")
         print_tables(summary, ctx.nbytes)
         if res.errors:
             print("\nfailed contenders:")
@@ -987,9 +647,7 @@ def main(argv=None) -> int:
             "crc32c": crc,
             "memory": memory,
         }
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2, default=str)
-        print(f"\nJSON written to {args.json}")
+        write_json(args.json, doc)
     return 0
 
 
