@@ -35,6 +35,9 @@ def crc32c_unmask(masked: int) -> int:
 def default_threads() -> int:
     """Worker threads used when a call passes threads <= 0."""
 
+def fill_range(arrays: list, offsets: object, begin: int, out: Buffer) -> None:
+    """Fills `out` with file bytes [begin, begin+len(out)) of tensors placed at offsets (sorted)."""
+
 def plan_layout(nbytes: object, num_files: int, alignment: int) -> tuple:
     """Places tensors into files: returns (file[uint32], offset[uint64], file_sizes)."""
 

@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -191,6 +193,35 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
   RaiseIfError(st);
 }
 
+// Fills `out` with bytes [begin, begin + len(out)) of a shard file whose
+// tensors `arrays` start at `offsets`; gaps are zero padding. Used to stream
+// shard files to object stores part by part without building them in memory.
+void FillRangePy(const py::list& arrays, const py::handle& offsets_obj, uint64_t begin,
+                 const py::buffer& out) {
+  const size_t n = static_cast<size_t>(py::len(arrays));
+  std::vector<uint64_t> offsets = IntVector<uint64_t>(offsets_obj, n, "offsets");
+  std::vector<TensorView> views(n);
+  for (size_t i = 0; i < n; ++i) {
+    views[i] = ArrayView(arrays[i], false, "tensor");
+    RaiseIfError(ValidateView(views[i], "tensor"));
+  }
+  py::buffer_info info = out.request(/*writable=*/true);
+  char* dst = static_cast<char*>(info.ptr);
+  const uint64_t len = static_cast<uint64_t>(info.size * info.itemsize);
+  const uint64_t end = begin + len;
+  py::gil_scoped_release release;
+  uint64_t pos = begin;  // first byte of the range not yet written
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t a = offsets[i], b = a + views[i].NumBytes();
+    if (b <= begin || a >= end || a == b) continue;
+    const uint64_t lo = std::max(a, begin), hi = std::min(b, end);
+    if (lo > pos) std::memset(dst + (pos - begin), 0, lo - pos);
+    GatherRange(views[i], lo - a, hi - lo, dst + (lo - begin));
+    pos = std::max(pos, hi);
+  }
+  if (pos < end) std::memset(dst + (pos - begin), 0, end - pos);
+}
+
 void CopyArraysPy(const py::list& srcs, const py::list& dsts, int threads) {
   const size_t n = static_cast<size_t>(py::len(srcs));
   if (static_cast<size_t>(py::len(dsts)) != n) throw py::value_error("srcs and dsts differ in length");
@@ -245,6 +276,9 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
         py::arg("threads") = 0, py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
         py::arg("max_gap") = 64u << 10,
         "Reads and verifies tensors from files (buffer None) or memory buffers into dsts.");
+  m.def("fill_range", &FillRangePy, py::arg("arrays"), py::arg("offsets"), py::arg("begin"),
+        py::arg("out"),
+        "Fills `out` with file bytes [begin, begin+len(out)) of tensors placed at offsets (sorted).");
   m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");
 }

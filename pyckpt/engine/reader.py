@@ -150,7 +150,8 @@ class OpenCheckpoint:
         used = np.unique(p.file[p.nbytes > 0])
         self.check_files(used.tolist())
         if not self.store.local and buffers is None:
-            return self.store.read_plan(self, p, used, dsts)  # type: ignore[attr-defined]
+            self.store.read_plan(self, p, used, dsts)  # type: ignore[attr-defined]
+            return
         names = [self.file_path(int(f)) for f in used]
         bufs = [None if buffers is None else buffers[int(f)] for f in used]
         source = np.searchsorted(used, p.file).astype(np.uint32) if len(used) else \

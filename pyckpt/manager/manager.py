@@ -39,7 +39,10 @@ def _finish_pending_saves() -> None:  # an async save in flight at exit still co
             m._async.wait()
         except BaseException:
             pass
-        m._lease.release()
+        try:
+            m._lease.release()
+        except BaseException:  # storage clients may already be shut down at exit
+            pass
 
 
 class CheckpointManager:

@@ -56,6 +56,7 @@ class LocalStore(Store):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         directory = os.path.dirname(path) or "."
+        os.makedirs(directory, exist_ok=True)  # like an object store: parents are implicit
         tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
