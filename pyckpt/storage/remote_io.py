@@ -53,7 +53,10 @@ class ShardLayout:
 
 
 def _is_s3(fs: Any) -> bool:
-    return hasattr(fs, "_call_s3") and hasattr(fs, "split_path")
+    try:
+        return hasattr(fs, "_call_s3") and hasattr(fs, "split_path") and hasattr(fs, "loop")
+    except Exception:  # noqa: BLE001 - a wrapper without an S3 target
+        return False
 
 
 class RemoteIO:

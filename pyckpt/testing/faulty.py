@@ -117,6 +117,28 @@ class FaultyFileSystem(ChainedFileSystem):
         self.target = fsspec.filesystem(target_protocol, **(target_options or {}))
         self.faults = faults if faults is not None else Faults()
 
+    # -- S3 passthrough: with an s3fs target, pyckpt's multipart uploader runs
+    # through here, so faults hit individual part uploads (and its retries).
+    def __getattr__(self, name: str) -> Any:
+        if name in ("split_path", "loop", "call_s3") and hasattr(self.__dict__.get("target"), "_call_s3"):
+            return getattr(self.target, name)
+        raise AttributeError(name)
+
+    async def _call_s3(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if not hasattr(self.target, "_call_s3"):
+            raise AttributeError("_call_s3")
+        kind = "write" if method in ("upload_part", "put_object", "create_multipart_upload",
+                                     "complete_multipart_upload") else "meta"
+        body = kwargs.get("Body")
+        self.faults.request(kind, f"{method} {kwargs.get('Key', '')}"
+                            + (f" part {kwargs['PartNumber']}" if "PartNumber" in kwargs else ""))
+        if body is not None and self.faults.cut_writes_to is not None:
+            kwargs["Body"] = bytes(memoryview(body).cast("B")[: int(len(body) * self.faults.cut_writes_to)])
+        if body is not None:
+            with self.faults._lock:
+                self.faults.bytes_written += len(kwargs["Body"])
+        return await self.target._call_s3(method, *args, **kwargs)
+
     def unstrip_protocol(self, path: str) -> str:
         return "faulty::" + self.target.unstrip_protocol(path)
 
