@@ -5,6 +5,15 @@ from collections.abc import Sequence
 import numpy as np
 from typing_extensions import Buffer
 
+class StagedWrite:
+    """A write that overlaps copying live tensors into staging buffers."""
+
+    def stage(self: StagedWrite, threads: int = 0) -> None:
+        """Copies every live tensor into its staging buffer; returns when all are copied."""
+
+    def wait(self: StagedWrite) -> tuple:
+        """Waits for the write; returns (masked chunk crcs, crc_begin)."""
+
 def compute_checksums(keys: Sequence[str], arrays: list, chunk_size: int, threads: int = 0) -> tuple:
     """Masked chunk CRCs of arrays without writing; returns (crcs, crc_begin)."""
 
@@ -43,6 +52,9 @@ def plan_layout(nbytes: object, num_files: int, alignment: int) -> tuple:
 
 def read_shards(names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, chunk_size: int, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536) -> None:
     """Reads and verifies tensors from files (buffer None) or memory buffers into dsts."""
+
+def start_staged_write(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True) -> StagedWrite:
+    """Plans a write of `staging` and starts writing each tensor once stage() copied it."""
 
 def write_shards(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], arrays: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True) -> tuple:
     """Writes arrays into new shard files; returns (masked chunk crcs, crc_begin)."""

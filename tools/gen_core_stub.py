@@ -21,7 +21,16 @@ _REPLACE = [
     ("typing.SupportsInt | typing.SupportsIndex", "int"),
     ("typing_extensions.Buffer", "Buffer"),
     ("collections.abc.Sequence", "Sequence"),
+    ("pyckpt._core.", ""),
 ]
+
+
+def _sig(fn: object) -> tuple[str, str]:
+    lines = (getattr(fn, "__doc__", "") or "").strip().splitlines()
+    sig, doc = lines[0], " ".join(l.strip() for l in lines[1:] if l.strip())
+    for a, b in _REPLACE:
+        sig = sig.replace(a, b)
+    return sig, doc
 
 
 def render() -> str:
@@ -29,11 +38,14 @@ def render() -> str:
 
     out = [HEADER]
     for name in sorted(n for n in dir(_core) if not n.startswith("_")):
-        fn = getattr(_core, name)
-        lines = (fn.__doc__ or "").strip().splitlines()
-        sig, doc = lines[0], " ".join(l.strip() for l in lines[1:] if l.strip())
-        for a, b in _REPLACE:
-            sig = sig.replace(a, b)
+        obj = getattr(_core, name)
+        if isinstance(obj, type):
+            out.append(f"\nclass {name}:\n    \"\"\"{(obj.__doc__ or '').strip()}\"\"\"\n")
+            for meth in sorted(m for m in vars(obj) if not m.startswith("_")):
+                sig, doc = _sig(getattr(obj, meth))
+                out.append(f"\n    def {sig}:\n        \"\"\"{doc}\"\"\"\n")
+            continue
+        sig, doc = _sig(obj)
         out.append(f"\ndef {sig}:\n    \"\"\"{doc}\"\"\"\n")
     return "".join(out)
 

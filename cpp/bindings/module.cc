@@ -19,6 +19,7 @@
 #include "pyckpt/parallel.h"
 #include "pyckpt/shard_reader.h"
 #include "pyckpt/shard_writer.h"
+#include "pyckpt/staged_writer.h"
 #include "status_to_python.h"
 
 namespace py = pybind11;
@@ -222,6 +223,40 @@ void FillRangePy(const py::list& arrays, const py::handle& offsets_obj, uint64_t
   if (pos < end) std::memset(dst + (pos - begin), 0, end - pos);
 }
 
+// A StagedWrite plus the Python arrays it points into (kept alive until wait()).
+class PyStagedWrite {
+ public:
+  StagedWrite write;
+  py::list keep;
+};
+
+std::unique_ptr<PyStagedWrite> StartStagedWritePy(
+    const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
+    const std::vector<std::string>& keys, const py::list& staging, const py::list& live,
+    const py::handle& files, const py::handle& offsets, uint64_t chunk_size, int threads,
+    uint64_t piece_size, bool sync) {
+  std::vector<ShardWriteItem> items = WriteItems(keys, staging, files, offsets);
+  if (static_cast<size_t>(py::len(live)) != items.size())
+    throw py::value_error("staging and live differ in length");
+  std::vector<TensorView> live_views(items.size());
+  for (size_t i = 0; i < items.size(); ++i) live_views[i] = ArrayView(live[i], false, "tensor");
+  ShardWriteOptions opt;
+  opt.chunk_size = chunk_size;
+  opt.threads = threads;
+  opt.piece_size = piece_size;
+  opt.sync = sync;
+  auto out = std::make_unique<PyStagedWrite>();
+  out->keep.append(staging);
+  out->keep.append(live);
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = out->write.Start(paths, sizes, items, live_views, opt);
+  }
+  RaiseIfError(st);
+  return out;
+}
+
 void CopyArraysPy(const py::list& srcs, const py::list& dsts, int threads) {
   const size_t n = static_cast<size_t>(py::len(srcs));
   if (static_cast<size_t>(py::len(dsts)) != n) throw py::value_error("srcs and dsts differ in length");
@@ -279,6 +314,39 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.def("fill_range", &FillRangePy, py::arg("arrays"), py::arg("offsets"), py::arg("begin"),
         py::arg("out"),
         "Fills `out` with file bytes [begin, begin+len(out)) of tensors placed at offsets (sorted).");
+  py::class_<PyStagedWrite>(m, "StagedWrite",
+                            "A write that overlaps copying live tensors into staging buffers.")
+      .def(
+          "stage",
+          [](PyStagedWrite& self, int threads) {
+            pyckpt::Status st;
+            {
+              py::gil_scoped_release release;
+              st = self.write.Stage(threads);
+            }
+            RaiseIfError(st);
+          },
+          py::arg("threads") = 0,
+          "Copies every live tensor into its staging buffer; returns when all are copied.")
+      .def(
+          "wait",
+          [](PyStagedWrite& self) {
+            pyckpt::ChecksumResult result;
+            pyckpt::Status st;
+            {
+              py::gil_scoped_release release;
+              st = self.write.Wait(&result);
+            }
+            self.keep = py::list();
+            RaiseIfError(st);
+            return ChecksumTuple(std::move(result));
+          },
+          "Waits for the write; returns (masked chunk crcs, crc_begin).");
+  m.def("start_staged_write", &StartStagedWritePy, py::arg("paths"), py::arg("file_sizes"),
+        py::arg("keys"), py::arg("staging"), py::arg("live"), py::arg("files"),
+        py::arg("offsets"), py::arg("chunk_size"), py::arg("threads") = 0,
+        py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
+        "Plans a write of `staging` and starts writing each tensor once stage() copied it.");
   m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");
 }

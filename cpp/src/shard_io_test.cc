@@ -12,6 +12,8 @@
 #include "pyckpt/layout.h"
 #include "pyckpt/shard_reader.h"
 #include "pyckpt/shard_writer.h"
+#include "pyckpt/staged_writer.h"
+#include <algorithm>
 
 namespace pyckpt {
 namespace {
@@ -186,6 +188,60 @@ TEST(ShardIoMemory, VerifiesInPlace) {
   r.crcs = nullptr;
   ropt.verify = false;
   EXPECT_EQ(Status::Code::kCorruption, ReadShards({src}, {r}, ropt).code());
+}
+
+}  // namespace
+}  // namespace pyckpt
+
+namespace pyckpt {
+namespace {
+
+TEST(StagedWriteTest, WritesTheStagedCopyNotLaterChanges) {
+  char tmpl[] = "/tmp/pyckpt_staged_XXXXXX";
+  ASSERT_NE(nullptr, mkdtemp(tmpl));
+  const std::string path = std::string(tmpl) + "/a.bin";
+  std::vector<uint32_t> live(3 << 20), staging(live.size());
+  std::iota(live.begin(), live.end(), 7u);
+  ShardWriteItem item{"t", TensorView::Bytes(reinterpret_cast<char*>(staging.data()), staging.size() * 4), 0, 0};
+  std::vector<TensorView> lives = {TensorView::Bytes(reinterpret_cast<char*>(live.data()), live.size() * 4)};
+  ShardWriteOptions opt;
+  opt.threads = 2;
+  opt.sync = false;
+  StagedWrite w;
+  ASSERT_TRUE(w.Start({path}, {live.size() * 4}, {item}, lives, opt).ok());
+  ASSERT_TRUE(w.Stage(2).ok());
+  std::vector<uint32_t> expected = live;
+  std::fill(live.begin(), live.end(), 0u);  // the caller mutates right after staging
+  ChecksumResult sums;
+  ASSERT_TRUE(w.Wait(&sums).ok());
+  std::vector<uint32_t> back(expected.size());
+  ShardSource src;
+  src.name = path;
+  ShardReadItem r;
+  r.key = "t";
+  r.nbytes = back.size() * 4;
+  r.crcs = sums.crcs.data();
+  r.has_dst = true;
+  r.dst = TensorView::Bytes(reinterpret_cast<char*>(back.data()), r.nbytes);
+  ASSERT_TRUE(ReadShards({src}, {r}, ShardReadOptions()).ok());
+  EXPECT_EQ(expected, back);
+  std::remove(path.c_str());
+  rmdir(tmpl);
+}
+
+TEST(StagedWriteTest, WaitWithoutStageIsAnError) {
+  char tmpl[] = "/tmp/pyckpt_staged_XXXXXX";
+  ASSERT_NE(nullptr, mkdtemp(tmpl));
+  const std::string path = std::string(tmpl) + "/b.bin";
+  std::vector<char> a(1000, 1), b(1000);
+  ShardWriteItem item{"t", TensorView::Bytes(b.data(), b.size()), 0, 0};
+  StagedWrite w;
+  ASSERT_TRUE(w.Start({path}, {1000}, {item}, {TensorView::Bytes(a.data(), a.size())},
+                      ShardWriteOptions()).ok());
+  ChecksumResult sums;
+  EXPECT_EQ(Status::Code::kIOError, w.Wait(&sums).code());
+  std::remove(path.c_str());
+  rmdir(tmpl);
 }
 
 }  // namespace

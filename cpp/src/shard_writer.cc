@@ -5,6 +5,7 @@
 
 #include "file_io.h"
 #include "pieces.h"
+#include "write_job.h"
 #include "pyckpt/crc32c.h"
 #include "pyckpt/parallel.h"
 #include "scratch.h"
@@ -97,17 +98,10 @@ Status ProcessPiece(const Piece& p, const std::vector<ShardWriteItem>& items,
   return WriteSlice(p, items[p.item], chunk, scratch, &r->crcs[r->crc_begin[p.item]], file);
 }
 
-}  // namespace
-
-Status WriteShardFiles(const std::vector<std::string>& files,
-                       const std::vector<uint64_t>& file_sizes,
-                       const std::vector<ShardWriteItem>& items, const ShardWriteOptions& options,
-                       ChecksumResult* result) {
-  PYCKPT_RETURN_IF_ERROR(CheckOptions(options));
-  PYCKPT_RETURN_IF_ERROR(CheckItems(items));
+Status CheckPlacement(const std::vector<std::string>& files, const std::vector<uint64_t>& file_sizes,
+                      const std::vector<ShardWriteItem>& items, const std::vector<Span>& spans) {
   if (file_sizes.size() != files.size())
     return Status::InvalidArgument("one size is needed per shard file");
-  std::vector<Span> spans = Spans(items);
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span& s = spans[i];
     if (s.nbytes == 0) continue;
@@ -115,27 +109,80 @@ Status WriteShardFiles(const std::vector<std::string>& files,
         s.nbytes > file_sizes[s.file] - s.offset)
       return Status::InvalidArgument("tensor '" + items[i].key + "' is placed outside its file");
   }
-  const uint64_t chunk = options.chunk_size;
-  AllocateCrcs(spans, chunk, result);
-  PiecePlan plan = PlanPieces(spans, chunk, RoundPiece(options), /*max_gap=*/chunk);
+  return Status::OK();
+}
 
-  std::vector<File> fds(files.size());
-  for (size_t f = 0; f < files.size(); ++f) {
-    PYCKPT_RETURN_IF_ERROR(fds[f].OpenNew(files[f]));
-    PYCKPT_RETURN_IF_ERROR(fds[f].Truncate(file_sizes[f]));
+}  // namespace
+
+Status WriteJob::Prepare(const std::vector<std::string>& files,
+                         const std::vector<uint64_t>& file_sizes,
+                         const std::vector<ShardWriteItem>& items,
+                         const ShardWriteOptions& options) {
+  PYCKPT_RETURN_IF_ERROR(CheckOptions(options));
+  PYCKPT_RETURN_IF_ERROR(CheckItems(items));
+  std::vector<Span> spans = Spans(items);
+  PYCKPT_RETURN_IF_ERROR(CheckPlacement(files, file_sizes, items, spans));
+  files_ = files;
+  sizes_ = file_sizes;
+  items_ = items;
+  options_ = options;
+  AllocateCrcs(spans, options.chunk_size, &result_);
+  plan_ = PlanPieces(spans, options.chunk_size, RoundPiece(options), /*max_gap=*/options.chunk_size);
+  return Status::OK();
+}
+
+std::vector<size_t> WriteJob::ItemOrder() const {
+  std::vector<size_t> order;
+  std::vector<char> seen(items_.size(), 0);
+  auto add = [&](size_t i) {
+    if (!seen[i]) {
+      seen[i] = 1;
+      order.push_back(i);
+    }
+  };
+  for (const Piece& p : plan_.pieces) {
+    if (!p.run) add(p.item);
+    else
+      for (size_t k = p.run_first; k < p.run_last; ++k) add(plan_.order[k]);
   }
-  int threads = options.threads > 0 ? options.threads : DefaultThreads();
+  for (size_t i = 0; i < items_.size(); ++i) add(i);  // empty items
+  return order;
+}
+
+Status WriteJob::Run(ReadyGate* gate) {
+  const uint64_t chunk = options_.chunk_size;
+  std::vector<File> fds(files_.size());
+  for (size_t f = 0; f < files_.size(); ++f) {
+    PYCKPT_RETURN_IF_ERROR(fds[f].OpenNew(files_[f]));
+    PYCKPT_RETURN_IF_ERROR(fds[f].Truncate(sizes_[f]));
+  }
+  int threads = options_.threads > 0 ? options_.threads : DefaultThreads();
   ScratchSet scratch(threads);
-  PYCKPT_RETURN_IF_ERROR(ParallelFor(plan.pieces.size(), threads, [&](size_t i, int w) {
-    const Piece& p = plan.pieces[i];
-    PYCKPT_RETURN_IF_ERROR(ProcessPiece(p, items, plan, chunk, scratch[w], result, &fds[p.file]));
-    if (options.sync && options.early_writeback) fds[p.file].StartWriteback(p.begin, p.end - p.begin);
+  PYCKPT_RETURN_IF_ERROR(ParallelFor(plan_.pieces.size(), threads, [&](size_t i, int w) {
+    const Piece& p = plan_.pieces[i];
+    if (gate != nullptr) {
+      bool ok = p.run ? gate->WaitRange(plan_.order, p.run_first, p.run_last) : gate->Wait(p.item);
+      if (!ok) return Status::IOError("staging of the tensors was abandoned");
+    }
+    PYCKPT_RETURN_IF_ERROR(ProcessPiece(p, items_, plan_, chunk, scratch[w], &result_, &fds[p.file]));
+    if (options_.sync && options_.early_writeback) fds[p.file].StartWriteback(p.begin, p.end - p.begin);
     return Status::OK();
   }));
-  if (options.sync) {
+  if (options_.sync) {
     PYCKPT_RETURN_IF_ERROR(ParallelFor(fds.size(), threads, [&](size_t f, int) { return fds[f].Sync(); }));
   }
   for (auto& fd : fds) PYCKPT_RETURN_IF_ERROR(fd.Close());
+  return Status::OK();
+}
+
+Status WriteShardFiles(const std::vector<std::string>& files,
+                       const std::vector<uint64_t>& file_sizes,
+                       const std::vector<ShardWriteItem>& items, const ShardWriteOptions& options,
+                       ChecksumResult* result) {
+  WriteJob job;
+  PYCKPT_RETURN_IF_ERROR(job.Prepare(files, file_sizes, items, options));
+  PYCKPT_RETURN_IF_ERROR(job.Run(nullptr));
+  *result = job.TakeResult();
   return Status::OK();
 }
 

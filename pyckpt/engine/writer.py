@@ -31,7 +31,7 @@ from ..tree import validate_key
 from . import naming
 from .options import DEFAULT, IOOptions
 
-__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "commit", "delete_replaced", "save_tensors"]
+__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "commit", "delete_replaced", "StagedSave", "save_tensors"]
 
 
 class PreparedTensor:
@@ -102,18 +102,34 @@ class WrittenData:
         self.crcs = crcs
 
 
-def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attempt: str,
-               rank: int = 0, options: IOOptions = DEFAULT) -> WrittenData:
-    """Writes the shard files of one worker. Deletes its own files on failure."""
+def _layout(tensors: list[PreparedTensor], attempt: str, rank: int,
+            options: IOOptions) -> tuple[np.ndarray, Any, Any, list, list[str]]:
+    """(nbytes, file index, offsets, file sizes, file names) of one worker's shard files."""
     n = len(tensors)
     nbytes = np.fromiter((t.array.nbytes for t in tensors), dtype=np.uint64, count=n)
     total = int(nbytes.sum()) if n else 0
     n_files = _num_files(total, int(np.count_nonzero(nbytes)), options)
     if n_files == 0:
-        zeros = np.zeros(n, dtype=np.int64)
-        return WrittenData([], zeros, zeros, zeros, np.zeros(0, dtype=np.uint32))
+        zeros = np.zeros(n, dtype=np.uint64)
+        return nbytes, zeros, zeros, [], []
     file_idx, offsets, sizes = _core.plan_layout(nbytes, n_files, options.alignment)
     names = [naming.data_file_name(attempt, rank, i) for i in range(n_files)]
+    return nbytes, file_idx, offsets, sizes, names
+
+
+def _written(names: list[str], sizes: list, file_idx: Any, offsets: Any, nbytes: np.ndarray,
+             crcs: np.ndarray) -> WrittenData:
+    files = [FileEntry(name, int(size)) for name, size in zip(names, sizes)]
+    return WrittenData(files, np.asarray(file_idx, dtype=np.int64),
+                       np.asarray(offsets, dtype=np.int64), nbytes.astype(np.int64), crcs)
+
+
+def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attempt: str,
+               rank: int = 0, options: IOOptions = DEFAULT) -> WrittenData:
+    """Writes the shard files of one worker. Deletes its own files on failure."""
+    nbytes, file_idx, offsets, sizes, names = _layout(tensors, attempt, rank, options)
+    if not names:
+        return _written([], [], file_idx, offsets, nbytes, np.zeros(0, dtype=np.uint32))
     paths = [store.join(path, name) for name in names]
     keys = [t.key for t in tensors]
     arrays = [t.array for t in tensors]
@@ -128,9 +144,7 @@ def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attemp
     except BaseException:
         store.delete(paths)
         raise
-    files = [FileEntry(name, int(size)) for name, size in zip(names, sizes)]
-    return WrittenData(files, file_idx.astype(np.int64), offsets.astype(np.int64),
-                       nbytes.astype(np.int64), crcs)
+    return _written(names, sizes, file_idx, offsets, nbytes, crcs)
 
 
 def read_previous(store: Store, path: str) -> Manifest | None:
@@ -182,18 +196,10 @@ def info(attempt: str, world_size: int = 1) -> dict:
             "created": time.time(), "world_size": world_size}
 
 
-def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
-                 tree: Any = None, graph: dict | None = None,
-                 metadata: dict | None = None, options: IOOptions = DEFAULT,
-                 keys_checked: bool = False) -> Manifest:
-    """Single-process save of (key, array) pairs as one committed checkpoint."""
-    metadata = check_metadata(metadata)
-    tensors = prepare_tensors(items, keys_checked)
-    if store.exists(path) and not store.isdir(path):
-        raise FileExistsError(f"{store.url(path)} exists and is not a checkpoint directory")
-    store.makedirs(path)
-    attempt = naming.new_attempt_id()
-    data = write_data(store, path, tensors, attempt=attempt, options=options)
+def _finish(store: Store, path: str, tensors: list[PreparedTensor], data: WrittenData,
+            attempt: str, tree: Any, graph: dict | None, metadata: dict,
+            options: IOOptions) -> Manifest:
+    """Builds the manifest of written data and commits it (steps 4-5 of the save)."""
     manifest = build_manifest(
         chunk_size=options.chunk_size, files=data.files, keys=[t.key for t in tensors],
         dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
@@ -206,3 +212,68 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
         raise
     delete_replaced(store, path, previous, manifest)
     return manifest
+
+
+def _prepare_dir(store: Store, path: str) -> None:
+    if store.exists(path) and not store.isdir(path):
+        raise FileExistsError(f"{store.url(path)} exists and is not a checkpoint directory")
+    store.makedirs(path)
+
+
+def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
+                 tree: Any = None, graph: dict | None = None,
+                 metadata: dict | None = None, options: IOOptions = DEFAULT,
+                 keys_checked: bool = False) -> Manifest:
+    """Single-process save of (key, array) pairs as one committed checkpoint."""
+    metadata = check_metadata(metadata)
+    tensors = prepare_tensors(items, keys_checked)
+    _prepare_dir(store, path)
+    attempt = naming.new_attempt_id()
+    data = write_data(store, path, tensors, attempt=attempt, options=options)
+    return _finish(store, path, tensors, data, attempt, tree, graph, metadata, options)
+
+
+class StagedSave:
+    """A local save that copies live tensors into staging buffers while writing
+    them (``_core.StagedWrite``): ``stage()`` returns once the live tensors may
+    change again, ``finish()`` waits for the data and commits."""
+
+    def __init__(self, store: Store, path: str, keys: list[str], live: list[np.ndarray],
+                 staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
+                 options: IOOptions = DEFAULT) -> None:
+        if not store.local:
+            raise ValueError("staged saves write local files")
+        self.store, self.path, self.graph, self.options = store, path, graph, options
+        self.metadata = check_metadata(metadata)
+        self.tensors = prepare_tensors(list(zip(keys, staging)), keys_checked=True)
+        _prepare_dir(store, path)
+        self.attempt = naming.new_attempt_id()
+        self.nbytes, self.file_idx, self.offsets, self.sizes, self.names = _layout(
+            self.tensors, self.attempt, 0, options)
+        self.paths = [store.join(path, name) for name in self.names]
+        self.job = None
+        if self.names:
+            self.job = _core.start_staged_write(
+                self.paths, self.sizes, keys, [t.array for t in self.tensors], list(live),
+                self.file_idx, self.offsets, options.chunk_size, options.threads,
+                options.piece_size, options.sync)
+        else:
+            for dst, src in zip(staging, live):  # nothing to write: still a consistent copy
+                np.copyto(dst, src)
+
+    def stage(self) -> None:
+        if self.job is not None:
+            self.job.stage(self.options.threads)
+
+    def finish(self) -> Manifest:
+        if self.job is None:
+            crcs = np.zeros(0, dtype=np.uint32)
+        else:
+            try:
+                crcs, _ = self.job.wait()
+            except BaseException:
+                self.store.delete(self.paths)
+                raise
+        data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
+        return _finish(self.store, self.path, self.tensors, data, self.attempt, None, self.graph,
+                       self.metadata, self.options)

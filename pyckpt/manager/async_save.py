@@ -3,7 +3,10 @@
 The caller's thread copies every tracked value into staging buffers (a
 parallel copy in the C++ core) and returns; one background thread writes the
 checkpoint from those buffers, commits it and applies retention. Values
-mutated after ``save`` returns therefore never reach that checkpoint.
+mutated after ``save`` returns therefore never reach that checkpoint. On local
+disks the writing starts while the copy is still running (``StagedSave``):
+each tensor is written as soon as it is staged, so an async save costs about
+as much disk time as a blocking one.
 
 Host memory: one staging copy of the state. The buffers are kept and reused
 by the next async save (no allocation, no first-touch page faults), and at
@@ -16,6 +19,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+import numpy as np
+
 from ..graph.snapshot import Snapshot, take_snapshot
 
 
@@ -24,7 +29,21 @@ class AsyncSaver:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging: Snapshot | None = None
+        self._buffers: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
+
+    def buffers(self, keys: list[str], srcs: list[np.ndarray]) -> list[np.ndarray]:
+        """Staging arrays for the given tensors, reused from the previous save when
+        shapes and dtypes match."""
+        old = self._buffers
+        out = []
+        for k, src in zip(keys, srcs):
+            buf = old.get(k)
+            if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
+                buf = np.empty(src.shape, dtype=src.dtype)
+            out.append(buf)
+        self._buffers = dict(zip(keys, out))
+        return out
 
     def stage(self, root: Any) -> Snapshot:
         """Copies the state of root into the reusable staging buffers."""

@@ -188,17 +188,33 @@ class CheckpointManager:
                 raise
             self._record(name, number, metrics)
             return url
-        staged = self._async.stage(self._checkpoint)
+        work = self._stage_async(path)
 
-        def work() -> None:
-            from ..engine.writer import save_tensors
-
-            save_tensors(self._store, path, list(staged.arrays.items()), graph=staged.graph_doc,
-                         keys_checked=True)
+        def finish() -> None:
+            work()
             self._record(name, number, metrics)
 
-        self._async.start(work)
+        self._async.start(finish)
         return url
+
+    def _stage_async(self, path: str) -> Callable[[], Any]:
+        """Copies the state aside (returning once it may change again) and returns
+        the work that writes and commits it."""
+        from ..engine.writer import StagedSave, save_tensors
+        from ..graph.object_graph import traverse, value_array
+
+        live = traverse(self._checkpoint)
+        srcs = [value_array(live.objects[n]) for n in live.values]
+        native = all(a.dtype.byteorder in "=<|" for a in srcs)
+        if self._store.local and native:
+            keys = live.value_keys()
+            staged = StagedSave(self._store, path, keys, srcs, self._async.buffers(keys, srcs),
+                                graph=live.to_json(), metadata=None)
+            staged.stage()
+            return staged.finish
+        snap = self._async.stage(self._checkpoint)
+        return lambda: save_tensors(self._store, path, list(snap.arrays.items()),
+                                    graph=snap.graph_doc, keys_checked=True)
 
     def _async_fits(self) -> bool:
         if self._max_async_bytes is None:

@@ -14,14 +14,14 @@ KEY = "v/.ATTRIBUTES/VARIABLE_VALUE"
 
 @pytest.fixture
 def slow_writes(monkeypatch):
-    """Makes every checkpoint write start 0.3 s late, so a race would show."""
-    real = writer.save_tensors
+    """Makes every checkpoint commit 0.3 s late, so a race would show."""
+    real = writer._finish
 
     def slow(*args, **kwargs):
         time.sleep(0.3)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(writer, "save_tensors", slow)
+    monkeypatch.setattr(writer, "_finish", slow)
 
 
 def test_values_mutated_after_save_returns_do_not_leak(tmp_path, slow_writes):
@@ -55,7 +55,7 @@ def test_background_error_surfaces_at_the_next_call(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "save_tensors", broken)
+    monkeypatch.setattr(writer, "_finish", broken)
     path = m.save(blocking=False)
     with pytest.raises(OSError, match="No space"):
         m.save()
@@ -75,7 +75,7 @@ def test_wait_until_finished_raises_the_background_error(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(writer, "save_tensors", broken)
+    monkeypatch.setattr(writer, "_finish", broken)
     m.save(blocking=False)
     with pytest.raises(RuntimeError, match="disk on fire"):
         m.wait_until_finished()
@@ -86,11 +86,11 @@ def test_staging_buffers_are_reused(tmp_path):
     v = pyckpt.Variable(np.zeros(100_000))
     m = pyckpt.CheckpointManager(pyckpt.Checkpoint(v=v), tmp_path)
     m.save(blocking=False)
-    buf = m._async._staging[KEY]
+    buf = m._async._buffers[KEY]
     m.wait_until_finished()
     v.assign(np.full(100_000, 2.0))
     p = m.save(blocking=False)
-    assert m._async._staging[KEY] is buf
+    assert m._async._buffers[KEY] is buf
     m.wait_until_finished()
     assert (pyckpt.load_variable(p, KEY) == 2).all()
 

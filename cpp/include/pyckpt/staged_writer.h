@@ -1,0 +1,53 @@
+// StagedWrite: a write whose tensors are first copied ("staged") into buffers
+// the caller owns, with the writing overlapping the copying.
+//
+// Contract: Start() plans the write of the staging buffers (items[i].src) and
+// starts a writer thread that writes each tensor as soon as it is staged.
+// Stage() copies live[i] into items[i].src (same byte size) from up to
+// `threads` threads, in the order the writers need them, and returns when
+// every copy is done: from then on the caller may modify the live tensors.
+// Wait() joins the writer and returns its status and the chunk checksums.
+// The destructor waits for the writer. Stage() must be called once before
+// Wait(); if it is not, Wait() abandons the write with an IOError.
+// Thread-safety: Stage and Wait from one thread at a time; the buffers (live
+// until Stage returns, staging until Wait returns) must stay alive.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pyckpt/shard_writer.h"
+#include "pyckpt/status.h"
+#include "pyckpt/tensor_view.h"
+
+namespace pyckpt {
+
+class WriteJob;
+class ReadyGate;
+
+class StagedWrite {
+ public:
+  StagedWrite();
+  ~StagedWrite();
+  StagedWrite(const StagedWrite&) = delete;
+  StagedWrite& operator=(const StagedWrite&) = delete;
+
+  Status Start(const std::vector<std::string>& files, const std::vector<uint64_t>& file_sizes,
+               const std::vector<ShardWriteItem>& items, const std::vector<TensorView>& live,
+               const ShardWriteOptions& options);
+  Status Stage(int threads);
+  Status Wait(ChecksumResult* result);
+
+ private:
+  std::unique_ptr<WriteJob> job_;
+  std::unique_ptr<ReadyGate> gate_;
+  std::vector<TensorView> live_;
+  std::thread writer_;
+  Status status_;
+  bool staged_ = false;
+  bool joined_ = true;
+};
+
+}  // namespace pyckpt

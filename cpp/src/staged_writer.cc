@@ -1,0 +1,98 @@
+#include "pyckpt/staged_writer.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "pyckpt/parallel.h"
+#include "write_job.h"
+
+namespace pyckpt {
+
+StagedWrite::StagedWrite() = default;
+
+StagedWrite::~StagedWrite() {
+  if (!joined_) {
+    if (gate_) gate_->Abandon();
+    writer_.join();
+  }
+}
+
+Status StagedWrite::Start(const std::vector<std::string>& files,
+                          const std::vector<uint64_t>& file_sizes,
+                          const std::vector<ShardWriteItem>& items,
+                          const std::vector<TensorView>& live, const ShardWriteOptions& options) {
+  if (live.size() != items.size()) return Status::InvalidArgument("one live tensor per item");
+  for (size_t i = 0; i < items.size(); ++i) {
+    PYCKPT_RETURN_IF_ERROR(ValidateView(live[i], "tensor '" + items[i].key + "'"));
+    if (live[i].NumBytes() != items[i].src.NumBytes())
+      return Status::InvalidArgument("tensor '" + items[i].key + "': staging buffer size differs");
+  }
+  job_ = std::make_unique<WriteJob>();
+  PYCKPT_RETURN_IF_ERROR(job_->Prepare(files, file_sizes, items, options));
+  gate_ = std::make_unique<ReadyGate>(items.size());
+  live_ = live;
+  try {
+    writer_ = std::thread([this] { status_ = job_->Run(gate_.get()); });
+  } catch (...) {
+    return Status::IOError("cannot start the writer thread");
+  }
+  joined_ = false;
+  return Status::OK();
+}
+
+Status StagedWrite::Stage(int threads) {
+  if (!job_) return Status::InvalidArgument("Start() first");
+  const std::vector<ShardWriteItem>& items = job_->items();
+  const std::vector<size_t> order = job_->ItemOrder();
+  // Split big tensors into 4 MiB jobs; a tensor is ready when its last job is done.
+  constexpr uint64_t kJob = 4u << 20;
+  struct Job {
+    size_t item;
+    uint64_t begin, end;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::atomic<uint32_t>> left(items.size());
+  for (size_t i : order) {
+    const uint64_t n = items[i].src.NumBytes();
+    uint32_t count = 0;
+    for (uint64_t b = 0; b < n; b += kJob, ++count) jobs.push_back({i, b, std::min(n, b + kJob)});
+    left[i].store(count);
+    if (count == 0) gate_->Mark(i);
+  }
+  Status st = ParallelFor(jobs.size(), threads, [&](size_t j, int) {
+    const Job& job = jobs[j];
+    const TensorView& dst = items[job.item].src;
+    const TensorView& src = live_[job.item];
+    const uint64_t n = job.end - job.begin;
+    if (dst.IsContiguous()) {
+      GatherRange(src, job.begin, n, dst.data + job.begin);
+    } else if (src.IsContiguous()) {
+      ScatterRange(dst, job.begin, n, src.data + job.begin);
+    } else {
+      return Status::InvalidArgument("staging buffers must be contiguous");
+    }
+    if (left[job.item].fetch_sub(1) == 1) gate_->Mark(job.item);
+    return Status::OK();
+  });
+  if (!st.ok()) {
+    gate_->Abandon();
+    return st;
+  }
+  staged_ = true;
+  return Status::OK();
+}
+
+Status StagedWrite::Wait(ChecksumResult* result) {
+  if (!job_) return Status::InvalidArgument("Start() first");
+  if (!staged_) gate_->Abandon();
+  if (!joined_) {
+    writer_.join();
+    joined_ = true;
+  }
+  PYCKPT_RETURN_IF_ERROR(status_);
+  if (!staged_) return Status::IOError("the write was abandoned before its tensors were staged");
+  *result = job_->TakeResult();
+  return Status::OK();
+}
+
+}  // namespace pyckpt
