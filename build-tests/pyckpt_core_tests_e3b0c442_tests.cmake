@@ -128,7 +128,7 @@ add_test([=[ShardIo.RoundTrip]=]  /work/main/build-tests/pyckpt_core_tests [==[-
 set_tests_properties([=[ShardIo.RoundTrip]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:100]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:102]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -137,7 +137,7 @@ add_test([=[ShardIo.ChecksumsMatchComputeChecksums]=]  /work/main/build-tests/py
 set_tests_properties([=[ShardIo.ChecksumsMatchComputeChecksums]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:111]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:113]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -146,7 +146,7 @@ add_test([=[ShardIo.BitFlipIsCorruptionNamingKeyFileAndRange]=]  /work/main/buil
 set_tests_properties([=[ShardIo.BitFlipIsCorruptionNamingKeyFileAndRange]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:120]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:122]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -155,7 +155,7 @@ add_test([=[ShardIo.TruncatedFileFailsBeforeReading]=]  /work/main/build-tests/p
 set_tests_properties([=[ShardIo.TruncatedFileFailsBeforeReading]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:133]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:135]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -164,7 +164,7 @@ add_test([=[ShardIo.MissingFileIsNotFound]=]  /work/main/build-tests/pyckpt_core
 set_tests_properties([=[ShardIo.MissingFileIsNotFound]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:145]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:147]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -173,7 +173,7 @@ add_test([=[ShardIo.WriterRefusesToOverwrite]=]  /work/main/build-tests/pyckpt_c
 set_tests_properties([=[ShardIo.WriterRefusesToOverwrite]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:153]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:155]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
@@ -182,9 +182,27 @@ add_test([=[ShardIoMemory.VerifiesInPlace]=]  /work/main/build-tests/pyckpt_core
 set_tests_properties([=[ShardIoMemory.VerifiesInPlace]=]
   PROPERTIES
     
-    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:161]==]
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:163]==]
     WORKING_DIRECTORY [==[/work/main/build-tests]==]
     SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
     
 )
-set(pyckpt_core_tests_TESTS [==[Crc32c.Rfc3720Vectors]==] [==[Crc32c.ExtendEqualsWhole]==] [==[Crc32c.HardwareMatchesPortableOnRandomBuffers]==] [==[Crc32c.CombineMatchesConcatenation]==] [==[Crc32c.MaskRoundTripsAndDiffers]==] [==[Crc32c.ImplementationIsNamed]==] [==[TensorView.Contiguity]==] [==[TensorView.GatherAnyRangeOfATranspose]==] [==[TensorView.ScatterInvertsGather]==] [==[TensorView.NegativeStrides]==] [==[TensorView.ValidateRejectsOverflowAndNegative]==] [==[Layout.BalancedAlignedAndNonOverlapping]==] [==[Layout.InputOrderInsideAFile]==] [==[Layout.RejectsBadArguments]==] [==[ShardIo.RoundTrip]==] [==[ShardIo.ChecksumsMatchComputeChecksums]==] [==[ShardIo.BitFlipIsCorruptionNamingKeyFileAndRange]==] [==[ShardIo.TruncatedFileFailsBeforeReading]==] [==[ShardIo.MissingFileIsNotFound]==] [==[ShardIo.WriterRefusesToOverwrite]==] [==[ShardIoMemory.VerifiesInPlace]==])
+add_test([=[StagedWriteTest.WritesTheStagedCopyNotLaterChanges]=]  /work/main/build-tests/pyckpt_core_tests [==[--gtest_filter=StagedWriteTest.WritesTheStagedCopyNotLaterChanges]==] --gtest_also_run_disabled_tests)
+set_tests_properties([=[StagedWriteTest.WritesTheStagedCopyNotLaterChanges]=]
+  PROPERTIES
+    
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:199]==]
+    WORKING_DIRECTORY [==[/work/main/build-tests]==]
+    SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
+    
+)
+add_test([=[StagedWriteTest.WaitWithoutStageIsAnError]=]  /work/main/build-tests/pyckpt_core_tests [==[--gtest_filter=StagedWriteTest.WaitWithoutStageIsAnError]==] --gtest_also_run_disabled_tests)
+set_tests_properties([=[StagedWriteTest.WaitWithoutStageIsAnError]=]
+  PROPERTIES
+    
+    DEF_SOURCE_LINE [==[/work/main/cpp/src/shard_io_test.cc:232]==]
+    WORKING_DIRECTORY [==[/work/main/build-tests]==]
+    SKIP_REGULAR_EXPRESSION [==[\[  SKIPPED \]]==]
+    
+)
+set(pyckpt_core_tests_TESTS [==[Crc32c.Rfc3720Vectors]==] [==[Crc32c.ExtendEqualsWhole]==] [==[Crc32c.HardwareMatchesPortableOnRandomBuffers]==] [==[Crc32c.CombineMatchesConcatenation]==] [==[Crc32c.MaskRoundTripsAndDiffers]==] [==[Crc32c.ImplementationIsNamed]==] [==[TensorView.Contiguity]==] [==[TensorView.GatherAnyRangeOfATranspose]==] [==[TensorView.ScatterInvertsGather]==] [==[TensorView.NegativeStrides]==] [==[TensorView.ValidateRejectsOverflowAndNegative]==] [==[Layout.BalancedAlignedAndNonOverlapping]==] [==[Layout.InputOrderInsideAFile]==] [==[Layout.RejectsBadArguments]==] [==[ShardIo.RoundTrip]==] [==[ShardIo.ChecksumsMatchComputeChecksums]==] [==[ShardIo.BitFlipIsCorruptionNamingKeyFileAndRange]==] [==[ShardIo.TruncatedFileFailsBeforeReading]==] [==[ShardIo.MissingFileIsNotFound]==] [==[ShardIo.WriterRefusesToOverwrite]==] [==[ShardIoMemory.VerifiesInPlace]==] [==[StagedWriteTest.WritesTheStagedCopyNotLaterChanges]==] [==[StagedWriteTest.WaitWithoutStageIsAnError]==])

@@ -26,12 +26,19 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     path (as given, with its scheme). Returns only after data and index are
     durable. Saving over an existing checkpoint replaces it atomically.
     """
-    from .dist import resolve_comm
+    from .dist.comm import resolve_comm
+
+    from .sharded import ShardedArray
 
     comm = resolve_comm(comm)
     leaves, skeleton = flatten(tree)
     store, p = resolve(path, storage_options)
-    if comm is not None and comm.world_size > 1:
+    sharded = any(isinstance(lf.obj, ShardedArray) for lf in leaves)
+    if comm is None and sharded:
+        from .dist import SingleComm
+
+        comm = SingleComm()  # blocks must be checked and assembled like a multi-worker save
+    if comm is not None and (comm.world_size > 1 or sharded):
         from .dist.save import distributed_save
 
         distributed_save(comm, store, p, [(lf.key, lf.obj) for lf in leaves], tree=skeleton,

@@ -89,6 +89,10 @@ def as_array_leaf(obj: Any) -> tuple[np.ndarray, str] | None:
             raise ValueError(f"integer {obj} does not fit in int64") from None
     if isinstance(obj, np.generic):
         return np.asarray(obj), "numpy_scalar"
+    from .sharded import ShardedArray
+
+    if isinstance(obj, ShardedArray):  # one worker's block; saved through the sharded path
+        return obj.local, "ndarray"
     for conv in _LEAF_CONVERTERS:
         arr = conv(obj)
         if arr is not None:

@@ -1,10 +1,13 @@
 """Multi-worker saves over an existing distributed engine (API.md section 6)."""
 
-from __future__ import annotations
+from .comm import (
+    Communicator,
+    MPIComm,
+    SingleComm,
+    TorchComm,
+    WorkerTimeoutError,
+    resolve_comm,
+)
 
-from typing import Any
-
-
-def resolve_comm(comm: Any) -> Any:
-    """The communicator to use: the one given, else None (single process)."""
-    return comm
+__all__ = ["Communicator", "SingleComm", "TorchComm", "MPIComm", "WorkerTimeoutError",
+           "resolve_comm"]

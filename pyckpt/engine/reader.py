@@ -118,7 +118,7 @@ class OpenCheckpoint:
 
     # -- read plans ----------------------------------------------------------------
     def plan(self, indices: Sequence[int] | np.ndarray) -> "ReadPlan":
-        """Columns describing where the (single) block of each plain tensor lies."""
+        """Where the (single) block of each plain tensor lies."""
         m = self.manifest
         b = m.blocks
         idx = np.asarray(indices, dtype=np.int64)
@@ -127,18 +127,29 @@ class OpenCheckpoint:
                 if not m.is_plain(i):
                     raise ValueError(f"{m.keys[i]!r} is a sharded array")
         j = b.tensor_begin[idx]
-        starts = b.crc_begin[j]
-        lens = b.crc_begin[j + 1] - starts
-        crc_begin = np.zeros(len(idx) + 1, dtype=np.uint64)
-        np.cumsum(lens, out=crc_begin[1:])
         if len(idx) == len(m.keys) and (idx == np.arange(len(idx))).all():
-            crcs = b.crcs
-        else:
-            gather = np.repeat(starts - crc_begin[:-1].astype(np.int64), lens) + \
-                np.arange(int(crc_begin[-1]), dtype=np.int64)
-            crcs = b.crcs[gather]
-        return ReadPlan([m.keys[i] for i in idx.tolist()], b.file[j], b.offset[j], b.nbytes[j],
-                        crcs, crc_begin)
+            crc_begin = b.crc_begin.astype(np.uint64)
+            return ReadPlan(list(m.keys), b.file[j], b.offset[j], b.nbytes[j], b.crcs, crc_begin)
+        return self.plan_ranges([m.keys[i] for i in idx.tolist()], j, np.zeros(len(j), np.int64),
+                                b.nbytes[j])
+
+    def plan_ranges(self, keys: list[str], blocks: np.ndarray, lo: np.ndarray,
+                    hi: np.ndarray) -> "ReadPlan":
+        """Bytes [lo, hi) of stored blocks (lo a multiple of the chunk size, hi one too
+        or the block's end): the unit of partial reads of sharded arrays."""
+        b = self.manifest.blocks
+        cs = self.manifest.chunk_size
+        blocks = np.asarray(blocks, dtype=np.int64)
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
+        starts = b.crc_begin[blocks] + lo // cs
+        lens = -(-hi // cs) - lo // cs
+        crc_begin = np.zeros(len(blocks) + 1, dtype=np.uint64)
+        np.cumsum(lens, out=crc_begin[1:])
+        gather = np.repeat(starts - crc_begin[:-1].astype(np.int64), lens) + \
+            np.arange(int(crc_begin[-1]), dtype=np.int64)
+        return ReadPlan(keys, b.file[blocks], b.offset[blocks] + lo, hi - lo, b.crcs[gather],
+                        crc_begin)
 
     # -- reads -----------------------------------------------------------------------
     def read(self, indices: Sequence[int] | np.ndarray, dsts: Sequence[np.ndarray | None],
@@ -146,7 +157,12 @@ class OpenCheckpoint:
         """Reads whole (plain) tensors into dsts (None: verify only)."""
         if len(indices) == 0:
             return
-        p = self.plan(indices)
+        self.read_plan(self.plan(indices), dsts, buffers)
+
+    def read_plan(self, p: "ReadPlan", dsts: Sequence[np.ndarray | None],
+                  buffers: dict[int, Any] | None = None) -> None:
+        if len(p.keys) == 0:
+            return
         used = np.unique(p.file[p.nbytes > 0])
         self.check_files(used.tolist())
         if not self.store.local and buffers is None:

@@ -74,7 +74,7 @@ class Checkpoint(Trackable):
     def write(self, path: Any, *, storage_options: dict | None = None,
               metadata: dict | None = None, comm: Any = None) -> str:
         """Writes every tracked value and the object graph exactly at ``path``."""
-        from ..dist import resolve_comm
+        from ..dist.comm import resolve_comm
         from ..engine.writer import save_tensors
         from ..storage import resolve
 

@@ -22,8 +22,9 @@ class RemoteOptions:
     timeout: float = 120.0
     #: Ranged reads closer than this are merged into one request...
     read_gap: int = 1 << 20
-    #: ...unless the merged request would exceed this many bytes.
-    read_request_max: int = 64 << 20
+    #: ...unless the merged request would exceed this many bytes (also capped at
+    #: read_batch_bytes / max_concurrency, so a batch keeps every connection busy).
+    read_request_max: int = 16 << 20
     #: Bytes fetched per batch of a load (bounds memory; the next batch is prefetched).
     read_batch_bytes: int = 256 << 20
 

@@ -100,7 +100,7 @@ class RemoteIO:
         part_size = max(opts.part_size, S3_MIN_PART)
         if layout.size <= part_size:
             async with sem:
-                body = bytes(layout.fill(0, bytearray(layout.size)))
+                body = await asyncio.to_thread(layout.fill, 0, bytearray(layout.size))
                 await retry_async(f"upload of {url}", opts, lambda: fs._call_s3(
                     "put_object", Bucket=bucket, Key=key, Body=body))
             return
@@ -110,7 +110,9 @@ class RemoteIO:
 
         async def part(number: int, begin: int, end: int) -> dict:
             async with sem:
-                body = layout.fill(begin, bytearray(end - begin))
+                # gathered off the event loop (the C++ copy releases the GIL), so the
+                # loop keeps other parts' requests going meanwhile
+                body = await asyncio.to_thread(layout.fill, begin, bytearray(end - begin))
                 out = await retry_async(
                     f"upload of {url} part {number} (bytes [{begin}, {end}))", opts,
                     lambda: fs._call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id,

@@ -80,10 +80,11 @@ def _batches(reqs: list, limit: int) -> list[list]:
 def read_plan(store: Any, ck: Any, plan: Any, dsts: Sequence[Any]) -> None:
     opts = store.opts
     chunk = ck.manifest.chunk_size
-    piece_max = max(chunk, opts.read_request_max // chunk * chunk)
+    request_max = min(opts.read_request_max, opts.read_batch_bytes // opts.max_concurrency)
+    piece_max = max(chunk, request_max // chunk * chunk)
     post: list = []
     pieces = _pieces(plan, dsts, chunk, piece_max, post)
-    reqs = _requests(pieces, opts.read_gap, max(opts.read_request_max, piece_max))
+    reqs = _requests(pieces, opts.read_gap, max(request_max, piece_max))
     batches = _batches(reqs, opts.read_batch_bytes)
     paths = {f: ck.file_path(f) for f in {r[0] for r in reqs}}
 

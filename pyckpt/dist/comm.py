@@ -1,0 +1,200 @@
+"""Communicators: the few collective operations a multi-worker save needs,
+over an existing distributed engine (no networking of pyckpt's own).
+
+Every call takes a timeout; a worker that does not answer in time makes the
+call raise ``WorkerTimeoutError`` (naming the worker where the engine says
+which) instead of hanging.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+import sys
+import time
+from typing import Any
+
+from ..errors import CheckpointError
+
+DEFAULT_TIMEOUT = 300.0
+
+
+class WorkerTimeoutError(CheckpointError, TimeoutError):
+    """A worker did not take part in a collective step in time (dead or stuck)."""
+
+
+class Communicator(abc.ABC):
+    """rank / world_size plus object collectives; rank 0 coordinates."""
+
+    rank: int = 0
+    world_size: int = 1
+    timeout: float = DEFAULT_TIMEOUT
+
+    @abc.abstractmethod
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        """Every worker's obj, in rank order, on root (None elsewhere)."""
+
+    @abc.abstractmethod
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """root's obj, on every worker."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None: ...
+
+    def all_gather(self, obj: Any) -> list:
+        return self.broadcast(self.gather(obj))
+
+
+class SingleComm(Communicator):
+    """One process: every collective is trivial."""
+
+    def gather(self, obj: Any, root: int = 0) -> list:
+        return [obj]
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        return obj
+
+    def barrier(self) -> None:
+        pass
+
+
+class TorchComm(Communicator):
+    """torch.distributed (gloo on CPU, nccl on GPU; object collectives need a CPU-capable
+    group: with nccl pass a gloo ``group``). The process group's timeout bounds every
+    call; ``timeout`` is used for barriers (``monitored_barrier`` on gloo names the
+    missing ranks)."""
+
+    def __init__(self, group: Any = None, timeout: float | None = None) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("TorchComm needs an initialized torch.distributed process group")
+        self._dist = dist
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
+
+    def _global(self, rank: int) -> int:
+        return rank if self.group is None else self._dist.get_global_rank(self.group, rank)
+
+    def _fail(self, what: str, e: BaseException) -> WorkerTimeoutError:
+        err = WorkerTimeoutError(f"torch.distributed {what} failed on rank {self.rank}: {e}")
+        err.__cause__ = e
+        return err
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        out = [None] * self.world_size if self.rank == root else None
+        try:
+            self._dist.gather_object(obj, out, dst=self._global(root), group=self.group)
+        except RuntimeError as e:
+            raise self._fail("gather", e) from e
+        return out
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        box = [obj]
+        try:
+            self._dist.broadcast_object_list(box, src=self._global(root), group=self.group)
+        except RuntimeError as e:
+            raise self._fail("broadcast", e) from e
+        return box[0]
+
+    def barrier(self) -> None:
+        try:
+            if self._dist.get_backend(self.group) == "gloo":
+                self._dist.monitored_barrier(group=self.group,
+                                             timeout=datetime.timedelta(seconds=self.timeout),
+                                             wait_all_ranks=True)
+            else:
+                self._dist.barrier(group=self.group)
+        except RuntimeError as e:
+            raise self._fail("barrier", e) from e
+
+
+class MPIComm(Communicator):
+    """mpi4py. Object collectives are built from non-blocking point-to-point
+    messages polled until ``timeout``, so a stuck worker raises
+    WorkerTimeoutError naming it instead of hanging (a worker that dies usually
+    makes the MPI launcher end the whole job)."""
+
+    _TAG_BASE = 0x5C4E0
+
+    def __init__(self, comm: Any = None, timeout: float | None = None) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.world_size = self.comm.Get_size()
+        self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
+        self._seq = 0
+
+    def _tag(self) -> int:
+        self._seq = (self._seq + 1) % 4096
+        return self._TAG_BASE + self._seq
+
+    def _poll(self, test: Any, what: str) -> Any:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.0002
+        while True:
+            done, value = test()
+            if done:
+                return value
+            if time.monotonic() > deadline:
+                raise WorkerTimeoutError(f"MPI {what} did not complete within {self.timeout:.0f} s "
+                                         f"(rank {self.rank} waiting): that worker is dead or stuck")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def _recv(self, source: int, tag: int, what: str) -> Any:
+        def test() -> tuple[bool, Any]:
+            msg = self.comm.improbe(source=source, tag=tag)
+            return (msg is not None, msg)
+
+        return self._poll(test, f"{what}: rank {source}").recv()
+
+    def _wait_sent(self, reqs: list, what: str) -> None:
+        for dest, req in reqs:
+            self._poll(lambda req=req: (req.Test(), None), f"{what}: sending to rank {dest}")
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        tag = self._tag()
+        if self.rank != root:
+            self._wait_sent([(root, self.comm.isend(obj, dest=root, tag=tag))], "gather")
+            return None
+        out: list = [None] * self.world_size
+        out[root] = obj
+        for src in range(self.world_size):
+            if src != root:
+                out[src] = self._recv(src, tag, "gather")
+        return out
+
+    def broadcast(self, obj: Any, root: int = 0) -> Any:
+        tag = self._tag()
+        if self.rank == root:
+            reqs = [(d, self.comm.isend(obj, dest=d, tag=tag))
+                    for d in range(self.world_size) if d != root]
+            self._wait_sent(reqs, "broadcast")
+            return obj
+        return self._recv(root, tag, "broadcast")
+
+    def barrier(self) -> None:
+        req = self.comm.Ibarrier()
+        self._poll(lambda: (req.Test(), None), "barrier")
+
+
+def resolve_comm(comm: Any) -> Communicator | None:
+    """The communicator to use: the one given; else an initialized torch.distributed
+    default group (only if torch is already imported); else None (one process)."""
+    if comm is not None:
+        return comm
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                return TorchComm()
+        except Exception:  # noqa: BLE001 - a broken torch install must not break saves
+            return None
+    return None

@@ -1,0 +1,197 @@
+"""The multi-worker save protocol (docs/PROTOCOL.md, "Multi-worker saves").
+
+Every worker calls ``distributed_save`` with its items; the steps:
+
+ 1. (every worker) build a local plan: keys, dtypes, global shapes, blocks;
+    local validation errors travel inside the plan;
+ 2. (every worker) send the local plan to the coordinator (rank 0);
+ 3. (coordinator) validate the global plan and decide who writes each block
+    and each replicated array (planner.py); broadcast the decision;
+ 4. (every worker) write its assigned blocks into its own shard files, named
+    with the attempt id and its rank, each chunk checksummed;
+ 5. (every worker) send what it wrote, or its error, to the coordinator;
+ 6. (coordinator) if every worker succeeded, assemble the manifest and commit
+    it (the index, written last); otherwise delete the attempt's files;
+    broadcast the outcome;
+ 7. (every worker) return, or raise the same error naming the failed workers.
+
+A worker that dies or hangs makes the next collective step time out on the
+others (WorkerTimeoutError), before anything was committed.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._dtypes import dtype_name, little_endian
+from ..errors import CheckpointError
+from ..format.manifest import FileEntry, build_manifest
+from ..sharded import ShardedArray
+from ..storage import Store
+from ..tree import validate_key
+from .comm import Communicator
+from .planner import plan_global
+from .plans import GlobalPlan, LocalPlan, TensorPlan, WriteResult
+
+
+class DistributedSaveError(CheckpointError):
+    """A multi-worker save failed; raised on every worker with every worker's error."""
+
+
+def _as_array(value: Any) -> np.ndarray:
+    from ..variables import Variable
+
+    if isinstance(value, Variable):
+        return value._value
+    return value if isinstance(value, np.ndarray) else np.asarray(value)
+
+
+def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, list]:
+    """Step 1: the plan of one worker, and its prepared (key, array) pairs."""
+    from ..engine.writer import PreparedTensor
+
+    keys, dtypes, gshapes, prepared = [], [], [], []
+    ndim = max([(v.local.ndim if isinstance(v, ShardedArray) else _as_array(v).ndim)
+                for _, v in items] + [1])
+    n = len(items)
+    sharded = np.zeros(n, dtype=bool)
+    offsets = np.zeros((n, ndim), dtype=np.int64)
+    shapes = np.ones((n, ndim), dtype=np.int64)
+    nbytes = np.zeros(n, dtype=np.int64)
+    error = None
+    seen = set()
+    for i, (key, value) in enumerate(items):
+        try:
+            validate_key(key)
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+            if isinstance(value, ShardedArray):
+                arr, gshape = value.local, value.global_shape
+                sharded[i] = True
+                offsets[i, :arr.ndim] = value.offsets
+            else:
+                arr = _as_array(value)
+                gshape = tuple(arr.shape)
+            name = dtype_name(arr.dtype)
+        except (TypeError, ValueError) as e:
+            error = error or f"{key!r}: {e}"
+            arr, gshape, name = np.zeros(0), (0,), "float64"
+        arr = little_endian(arr)
+        shapes[i, :arr.ndim] = arr.shape
+        nbytes[i] = arr.nbytes
+        keys.append(key)
+        dtypes.append(name)
+        gshapes.append(tuple(int(x) for x in gshape))
+        prepared.append(PreparedTensor(key, arr, name))
+    plan = LocalPlan(rank, tuple(keys), tuple(dtypes), tuple(gshapes), sharded, offsets, shapes,
+                     nbytes, error)
+    return plan, prepared
+
+
+def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResult],
+              chunk: int, tree: Any, graph: dict | None, metadata: dict, attempt: str,
+              world: int) -> Any:
+    from ..engine.writer import info
+
+    files: list[FileEntry] = []
+    base = []
+    for r in results:
+        base.append(len(files))
+        files.extend(r.files)
+    crc_starts = []
+    for r in results:
+        counts = -(-r.nbytes // chunk) if r.nbytes is not None else np.zeros(0, np.int64)
+        starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        crc_starts.append(starts)
+    keys, dts, shapes, nblocks = [], [], [], []
+    col_file, col_off, col_nb, crc_parts = [], [], [], []
+    boxes: list = []
+    any_box = False
+    for t in tplans:
+        keys.append(t.key)
+        dts.append(t.dtype)
+        shapes.append(t.shape)
+        nblocks.append(len(t.rank))
+        for b in range(len(t.rank)):
+            r, item = int(t.rank[b]), int(t.item[b])
+            res = results[r]
+            p = int(np.searchsorted(gp.writes[r], item))
+            n = int(res.nbytes[p])
+            col_file.append(int(res.file[p]) + base[r] if n else 0)
+            col_off.append(int(res.offset[p]))
+            col_nb.append(n)
+            crc_parts.append(res.crcs[crc_starts[r][p]:crc_starts[r][p + 1]])
+            if t.box_offsets is None:
+                boxes.append(None)
+            else:
+                any_box = True
+                boxes.append([t.box_offsets[b].tolist(), t.box_shapes[b].tolist()])
+    crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
+    info_doc = info(attempt, world)
+    return build_manifest(chunk_size=chunk, files=files, keys=keys, dtype_names=dts, shapes=shapes,
+                          file=np.asarray(col_file, np.int64), offset=np.asarray(col_off, np.int64),
+                          nbytes=np.asarray(col_nb, np.int64), crcs=crcs,
+                          nblocks=np.asarray(nblocks, np.int64),
+                          box=[None if b is None else (tuple(b[0]), tuple(b[1])) for b in boxes]
+                          if any_box else None,
+                          tree=tree, graph=graph, metadata=metadata, info=info_doc)
+
+
+def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
+                     *, tree: Any = None, graph: dict | None = None,
+                     metadata: dict | None = None, options: Any = None) -> None:
+    from ..engine import naming
+    from ..engine.options import DEFAULT
+    from ..engine.writer import check_metadata, commit, delete_replaced, write_data
+
+    options = options or DEFAULT
+    rank, world = comm.rank, comm.world_size
+    url = store.url(path)
+    try:
+        metadata = check_metadata(metadata)
+        plan, prepared = local_plan(rank, items)
+    except (TypeError, ValueError) as e:
+        plan, prepared = LocalPlan(rank, (), (), (), np.zeros(0, bool), np.zeros((0, 1), np.int64),
+                                   np.zeros((0, 1), np.int64), np.zeros(0, np.int64), str(e)), []
+    plans = comm.gather(plan)                                               # step 2
+    tplans: list[TensorPlan] = []
+    gp = None
+    if rank == 0:                                                           # step 3
+        gp, tplans = plan_global(plans, naming.new_attempt_id())
+    gp = comm.broadcast(gp)
+    if gp.error:
+        raise ValueError(f"distributed save of {url} refused: {gp.error}")
+    result = WriteResult(rank)                                              # step 4
+    try:
+        store.makedirs(path)
+        mine = [prepared[i] for i in gp.writes[rank]]
+        data = write_data(store, path, mine, attempt=gp.attempt, rank=rank, options=options)
+        result = WriteResult(rank, tuple(data.files), data.file, data.offset, data.nbytes,
+                             data.crcs)
+    except BaseException as e:  # reported to the coordinator, raised everywhere below
+        result = WriteResult(rank, error=f"{type(e).__name__}: {e}\n"
+                             + "".join(traceback.format_exception(e))[-2000:])
+    results = comm.gather(result)                                           # step 5
+    outcome: tuple[str, str | None] = ("ok", None)
+    if rank == 0:                                                           # step 6
+        failed = [r for r in results if r.error]
+        if failed:
+            outcome = ("error", "\n".join(f"rank {r.rank}: {r.error}" for r in failed))
+            store.delete(store.join(path, f.name) for r in results for f in r.files)
+        else:
+            try:
+                manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,
+                                     metadata, gp.attempt, world)
+                previous = commit(store, path, manifest)
+                delete_replaced(store, path, previous, manifest)
+            except BaseException as e:
+                outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
+    outcome = comm.broadcast(outcome)
+    if outcome[0] != "ok":                                                  # step 7
+        raise DistributedSaveError(f"distributed save of {url} failed; nothing was "
+                                   f"committed:\n{outcome[1]}")
