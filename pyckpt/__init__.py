@@ -17,6 +17,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from . import dist
 from .checkpoint_reader import (
     CheckpointReader,
     latest_checkpoint,

@@ -54,7 +54,8 @@ class CheckpointManager:
                  checkpoint_interval: int | None = None, init_fn: Callable[[], Any] | None = None,
                  best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
                  storage_options: dict | None = None, *, max_async_bytes: int | None = None,
-                 lease_seconds: float = 600.0, clock: Callable[[], float] = time.time) -> None:
+                 lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
+                 comm: Any = None) -> None:
         if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
             raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
         if max_to_keep is not None and max_to_keep < 1:
@@ -76,6 +77,7 @@ class CheckpointManager:
         self._best_mode = check_mode(best_mode)
         self._max_async_bytes = max_async_bytes
         self._clock = clock
+        self._comm = comm
         self._lease = WriterLease(self._store, self._dir, lease_seconds, clock)
         self._async = AsyncSaver()
         self._last_step: int | None = None
@@ -170,23 +172,32 @@ class CheckpointManager:
             self._last_step = step
         if metrics is not None:
             json.dumps(metrics, allow_nan=False)  # must be storable in the state file
-        self._store.makedirs(self._dir)
-        self._lease.refresh()
-        if not self._cleaned:
-            self._cleanup_leftovers()
+        from ..dist.comm import resolve_comm
+
+        comm = resolve_comm(self._comm)
+        multi = comm is not None and comm.world_size > 1
+        lead = not multi or comm.rank == 0  # the coordinator keeps the state and retention
+        if lead:
+            self._store.makedirs(self._dir)
+            self._lease.refresh()
+            if not self._cleaned:
+                self._cleanup_leftovers()
         counter = self._checkpoint.save_counter
         counter.assign_add(1)
         number = int(checkpoint_number) if checkpoint_number is not None else int(counter)
         name = f"{self._name}-{number}"
         path = self._store.join(self._dir, name)
         url = self._store.url(path)
-        if blocking or not self._async_fits():
+        if blocking or multi or not self._async_fits():
             try:
-                self._checkpoint.write(url, storage_options=self._storage_options)
+                self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
             except BaseException:
                 counter.assign_sub(1)
                 raise
-            self._record(name, number, metrics)
+            if multi:
+                self._record_collectively(comm, name, number, metrics)
+            else:
+                self._record(name, number, metrics)
             return url
         work = self._stage_async(path)
 
@@ -225,9 +236,25 @@ class CheckpointManager:
         total = sum(value_array(live.objects[n]).nbytes for n in live.values)
         return total <= self._max_async_bytes
 
-    def _record(self, name: str, number: int, metrics: dict | None) -> None:
-        """After a commit: list it, then apply retention."""
-        self._lease.refresh()
+    def _record_collectively(self, comm: Any, name: str, number: int, metrics: dict | None) -> None:
+        """Multi-worker: rank 0 records and deletes; every worker updates its list the
+        same way and returns only after rank 0 is done (or raises its error)."""
+        outcome = None
+        try:
+            self._record(name, number, metrics, write=comm.rank == 0)
+        except BaseException as e:
+            outcome = f"{type(e).__name__}: {e}"
+        outcome = comm.broadcast(outcome)
+        if outcome is not None:
+            from ..errors import CheckpointError
+
+            raise CheckpointError(f"recording {name} failed on rank 0: {outcome}")
+
+    def _record(self, name: str, number: int, metrics: dict | None, write: bool = True) -> None:
+        """After a commit: list it, then apply retention (``write``: also update the
+        state file and delete; other workers of a multi-worker run only track)."""
+        if write:
+            self._lease.refresh()
         st = self._state
         st.active = [e for e in st.active if e.name != name]
         st.active.append(Entry(name, number, self._clock(), metrics))
@@ -238,6 +265,9 @@ class CheckpointManager:
                 st.last_preserved_time = e.time
             else:
                 st.deleting.append(e.name)
+        if not write:
+            st.deleting.clear()
+            return
         write_state(self._store, self._dir, st)
         if st.deleting:
             for n in list(st.deleting):

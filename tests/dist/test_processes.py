@@ -1,0 +1,93 @@
+"""Multi-worker saves with real processes: torchrun (gloo) and mpiexec (MPICH).
+
+Each launch costs seconds (torch imports), so scenarios are grouped: one
+launch saves with 4 workers, one loads with 2 workers in another layout, and
+the test process itself loads everything as one process.
+"""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyckpt
+
+WORKERS = pathlib.Path(__file__).with_name("workers.py")
+G = np.arange(10 * 6 * 4, dtype=np.float32).reshape(10, 6, 4)
+REQUIRE = os.environ.get("PYCKPT_REQUIRE_SERVERS") == "1"
+
+
+def _launcher(engine):
+    exe = shutil.which("torchrun" if engine == "torch" else "mpiexec")
+    module = "torch" if engine == "torch" else "mpi4py"
+    import importlib.util
+
+    if exe is None or importlib.util.find_spec(module) is None:
+        if REQUIRE:
+            pytest.fail(f"{engine} launcher or {module} missing in CI")
+        pytest.skip(f"needs {module} and its launcher")
+    return exe
+
+
+def launch(engine, n, scenario, path, timeout=180):
+    import tempfile
+
+    exe = _launcher(engine)
+    out_dir = tempfile.mkdtemp(prefix="pyckpt-results-")
+    if engine == "torch":
+        cmd = [exe, "--standalone", f"--nproc-per-node={n}", str(WORKERS), "torch", scenario, path]
+    else:
+        cmd = [exe, "-n", str(n), sys.executable, str(WORKERS), "mpi", scenario, path]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYCKPT_THREADS="2", PYCKPT_TEST_RESULTS=out_dir)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        results = {int(n): open(os.path.join(out_dir, n)).read() for n in os.listdir(out_dir)}
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return results, r
+
+
+@pytest.mark.parametrize("engine", ["torch", "mpi"])
+def test_save_with_4_workers_load_with_2_and_with_1(engine, tmp_path):
+    path = str(tmp_path / "ckpt-1")
+    results, r = launch(engine, 4, "save", path)
+    assert results == {0: "ok", 1: "ok", 2: "ok", 3: "ok"}, r.stdout + r.stderr[-3000:]
+    results, r = launch(engine, 2, "load_columns", path)
+    assert results == {0: "ok", 1: "ok"}, r.stdout + r.stderr[-3000:]
+    out = pyckpt.load(path)  # one process, no communicator: whole arrays
+    np.testing.assert_array_equal(out["rows"], G)
+    np.testing.assert_array_equal(out["grid"], G)
+    assert out["replicated"]["step"] == 7
+    pyckpt.load_checkpoint(path).verify()
+
+
+@pytest.mark.parametrize("scenario", ["die_before", "die_during"])
+def test_a_dying_worker_fails_the_save_on_the_others(scenario, tmp_path):
+    path = str(tmp_path / "ckpt")
+    results, r = launch("torch", 4, scenario, path, timeout=240)
+    assert 2 not in results  # it died
+    survivors = {k: v for k, v in results.items() if k != 2}
+    assert survivors, r.stdout + r.stderr[-3000:]
+    for rank, text in survivors.items():
+        assert text.startswith("raised"), (rank, text)
+    assert not os.path.exists(os.path.join(path, "pyckpt.index"))
+    with pytest.raises(pyckpt.CheckpointNotFoundError):
+        pyckpt.load(path)
+    # a later save to the same path succeeds
+    results, r = launch("torch", 4, "save", path)
+    assert results == {0: "ok", 1: "ok", 2: "ok", 3: "ok"}, r.stdout + r.stderr[-3000:]
+    np.testing.assert_array_equal(pyckpt.load(path)["rows"], G)
+
+
+def test_checkpoint_manager_with_4_workers(tmp_path):
+    path = str(tmp_path / "run")
+    results, r = launch("torch", 4, "manager", path)
+    assert results == {0: "ok", 1: "ok", 2: "ok", 3: "ok"}, r.stdout + r.stderr[-3000:]
+    assert sorted(n for n in os.listdir(path) if n.startswith("ckpt-")) == ["ckpt-3", "ckpt-4"]
+    assert pyckpt.latest_checkpoint(path) == os.path.join(path, "ckpt-4")
+    reader = pyckpt.load_checkpoint(path)
+    assert (reader.get_tensor("table/.ATTRIBUTES/VARIABLE_VALUE") == 4.0).all()
