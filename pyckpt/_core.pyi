@@ -5,6 +5,18 @@ from collections.abc import Sequence
 import numpy as np
 from typing_extensions import Buffer
 
+class ProgressCounter:
+    """Bytes processed so far by the core calls it is passed to."""
+
+    def __init__(self: ProgressCounter) -> None: ...
+
+    def add(self: ProgressCounter, n: int) -> None:
+        """Adds n bytes (for work done in Python)."""
+
+    @property
+    def value(self) -> int:
+        """Bytes processed so far."""
+
 class StagedWrite:
     """A write that overlaps copying live tensors into staging buffers."""
 
@@ -50,11 +62,11 @@ def fill_range(arrays: list, offsets: object, begin: int, out: Buffer) -> None:
 def plan_layout(nbytes: object, num_files: int, alignment: int) -> tuple:
     """Places tensors into files: returns (file[uint32], offset[uint64], file_sizes)."""
 
-def read_shards(names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, chunk_size: int, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536) -> None:
+def read_shards(names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, chunk_size: int, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536, progress: object = None) -> None:
     """Reads and verifies tensors from files (buffer None) or memory buffers into dsts."""
 
-def start_staged_write(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True) -> StagedWrite:
+def start_staged_write(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: object = None) -> StagedWrite:
     """Plans a write of `staging` and starts writing each tensor once stage() copied it."""
 
-def write_shards(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], arrays: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True) -> tuple:
+def write_shards(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], arrays: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: object = None) -> tuple:
     """Writes arrays into new shard files; returns (masked chunk crcs, crc_begin)."""

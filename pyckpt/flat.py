@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from . import progress as _progress
 from .errors import CheckpointKeyError
 from .engine.reader import OpenCheckpoint, open_checkpoint
 from .engine.writer import save_tensors
@@ -19,12 +20,15 @@ __all__ = ["save", "load"]
 
 
 def save(tree: Any, path: Any, *, metadata: dict | None = None,
-         storage_options: dict | None = None, comm: Any = None) -> str:
+         storage_options: dict | None = None, comm: Any = None,
+         progress: Callable[[int, int], Any] | None = None) -> str:
     """Saves a nested dict/list/tuple of arrays as a committed checkpoint at ``path``.
 
     Keys are the ``/``-joined container path (``layers/0/w``). Returns the
     path (as given, with its scheme). Returns only after data and index are
     durable. Saving over an existing checkpoint replaces it atomically.
+    ``progress(bytes_done, bytes_total)`` is called from a monitor thread while
+    this worker writes.
     """
     from .dist.comm import resolve_comm
 
@@ -38,14 +42,15 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
         from .dist import SingleComm
 
         comm = SingleComm()  # blocks must be checked and assembled like a multi-worker save
-    if comm is not None and (comm.world_size > 1 or sharded):
-        from .dist.save import distributed_save
+    with _progress.reporting(progress, sum(lf.array.nbytes for lf in leaves)):
+        if comm is not None and (comm.world_size > 1 or sharded):
+            from .dist.save import distributed_save
 
-        distributed_save(comm, store, p, [(lf.key, lf.obj) for lf in leaves], tree=skeleton,
-                         metadata=metadata)
-    else:
-        save_tensors(store, p, [(lf.key, lf.array) for lf in leaves], tree=skeleton,
-                     metadata=metadata, keys_checked=True)
+            distributed_save(comm, store, p, [(lf.key, lf.obj) for lf in leaves], tree=skeleton,
+                             metadata=metadata)
+        else:
+            save_tensors(store, p, [(lf.key, lf.array) for lf in leaves], tree=skeleton,
+                         metadata=metadata, keys_checked=True)
     return str(path) if not hasattr(path, "__fspath__") else str(path.__fspath__())
 
 
@@ -107,13 +112,29 @@ def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
 
 
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
-         mmap: bool = False, storage_options: dict | None = None, comm: Any = None) -> Any:
-    """Loads a checkpoint (see API.md section 5 for every mode)."""
+         mmap: bool = False, storage_options: dict | None = None, comm: Any = None,
+         progress: Callable[[int, int], Any] | None = None) -> Any:
+    """Loads a checkpoint (see API.md section 5 for every mode).
+
+    ``progress(bytes_done, bytes_total)`` is called from a monitor thread while
+    tensors are read (``total`` counts the bytes of the selected tensors)."""
     ck = open_checkpoint(path, storage_options)
     keys = list(ck.manifest.tensors)
     if select is not None:
         keys = select_keys(keys, select)
     mapping = map_keys(keys, key_map)
+    if progress is not None:
+        m = ck.manifest
+        total = sum(int(m.blocks.nbytes[m.blocks.tensor_begin[m.index[k]]:
+                                        m.blocks.tensor_begin[m.index[k] + 1]].sum())
+                    for k in mapping)
+        with _progress.reporting(progress, total):
+            return _load(ck, into, select, key_map, mapping, mmap)
+    return _load(ck, into, select, key_map, mapping, mmap)
+
+
+def _load(ck: OpenCheckpoint, into: Any, select: Any, key_map: Any, mapping: dict[str, str],
+          mmap: bool) -> Any:
     if into is not None:
         from .load_into import load_into
 

@@ -41,7 +41,17 @@ def render() -> str:
         obj = getattr(_core, name)
         if isinstance(obj, type):
             out.append(f"\nclass {name}:\n    \"\"\"{(obj.__doc__ or '').strip()}\"\"\"\n")
+            if "__init__" in vars(obj) and (vars(obj)["__init__"].__doc__ or "").startswith("__init__("):
+                sig, _ = _sig(vars(obj)["__init__"])
+                out.append(f"\n    def {sig}: ...\n")
             for meth in sorted(m for m in vars(obj) if not m.startswith("_")):
+                attr = vars(obj)[meth]
+                if isinstance(attr, property):
+                    head = (attr.fget.__doc__ or "").strip().splitlines()[:1]
+                    ret = head[0].rsplit("->", 1)[1].strip() if head and "->" in head[0] else "object"
+                    out.append(f"\n    @property\n    def {meth}(self) -> {ret}:\n"
+                               f"        \"\"\"{(attr.__doc__ or '').strip()}\"\"\"\n")
+                    continue
                 sig, doc = _sig(getattr(obj, meth))
                 out.append(f"\n    def {sig}:\n        \"\"\"{doc}\"\"\"\n")
             continue

@@ -31,6 +31,17 @@ namespace {
 // Buffers smaller than this are checksummed without releasing the GIL.
 constexpr size_t kReleaseThreshold = 64 * 1024;
 
+// A counter the core adds processed bytes to, read by Python from any thread.
+class ProgressCounter {
+ public:
+  std::atomic<uint64_t> value{0};
+};
+
+std::atomic<uint64_t>* CounterPtr(const py::handle& obj) {
+  if (obj.is_none()) return nullptr;
+  return &obj.cast<ProgressCounter&>().value;
+}
+
 uint32_t Crc32c(const py::buffer& data, uint32_t crc) {
   py::buffer_info info = data.request();
   const size_t n = static_cast<size_t>(info.size * info.itemsize);
@@ -98,13 +109,14 @@ py::tuple ChecksumTuple(ChecksumResult&& r) {
 py::tuple WriteShardsPy(const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
                         const std::vector<std::string>& keys, const py::list& arrays,
                         const py::handle& files, const py::handle& offsets, uint64_t chunk_size,
-                        int threads, uint64_t piece_size, bool sync) {
+                        int threads, uint64_t piece_size, bool sync, const py::handle& progress) {
   std::vector<ShardWriteItem> items = WriteItems(keys, arrays, files, offsets);
   ShardWriteOptions opt;
   opt.chunk_size = chunk_size;
   opt.threads = threads;
   opt.piece_size = piece_size;
   opt.sync = sync;
+  opt.progress = CounterPtr(progress);
   ChecksumResult result;
   Status st;
   {
@@ -136,7 +148,7 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
                   const py::handle& sources, const py::handle& offsets, const py::handle& nbytes,
                   const py::handle& crcs_obj, const py::handle& crc_begin_obj, const py::list& dsts,
                   uint64_t chunk_size, int threads, bool verify, uint64_t piece_size,
-                  uint64_t max_gap) {
+                  uint64_t max_gap, const py::handle& progress) {
   const size_t ns = names.size();
   if (static_cast<size_t>(py::len(buffers)) != ns || bases.size() != ns)
     throw py::value_error("names, buffers and bases differ in length");
@@ -186,6 +198,7 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
   opt.verify = verify;
   opt.piece_size = piece_size;
   opt.max_gap = max_gap;
+  opt.progress = CounterPtr(progress);
   Status st;
   {
     py::gil_scoped_release release;
@@ -234,7 +247,7 @@ std::unique_ptr<PyStagedWrite> StartStagedWritePy(
     const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
     const std::vector<std::string>& keys, const py::list& staging, const py::list& live,
     const py::handle& files, const py::handle& offsets, uint64_t chunk_size, int threads,
-    uint64_t piece_size, bool sync) {
+    uint64_t piece_size, bool sync, const py::handle& progress) {
   std::vector<ShardWriteItem> items = WriteItems(keys, staging, files, offsets);
   if (static_cast<size_t>(py::len(live)) != items.size())
     throw py::value_error("staging and live differ in length");
@@ -245,9 +258,11 @@ std::unique_ptr<PyStagedWrite> StartStagedWritePy(
   opt.threads = threads;
   opt.piece_size = piece_size;
   opt.sync = sync;
+  opt.progress = CounterPtr(progress);
   auto out = std::make_unique<PyStagedWrite>();
   out->keep.append(staging);
   out->keep.append(live);
+  out->keep.append(progress);
   Status st;
   {
     py::gil_scoped_release release;
@@ -301,6 +316,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.def("write_shards", &WriteShardsPy, py::arg("paths"), py::arg("file_sizes"), py::arg("keys"),
         py::arg("arrays"), py::arg("files"), py::arg("offsets"), py::arg("chunk_size"),
         py::arg("threads") = 0, py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
+        py::arg("progress") = py::none(),
         "Writes arrays into new shard files; returns (masked chunk crcs, crc_begin).");
   m.def("compute_checksums", &ComputeChecksumsPy, py::arg("keys"), py::arg("arrays"),
         py::arg("chunk_size"), py::arg("threads") = 0,
@@ -309,11 +325,20 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
         py::arg("keys"), py::arg("sources"), py::arg("offsets"), py::arg("nbytes"),
         py::arg("crcs"), py::arg("crc_begin"), py::arg("dsts"), py::arg("chunk_size"),
         py::arg("threads") = 0, py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
-        py::arg("max_gap") = 64u << 10,
+        py::arg("max_gap") = 64u << 10, py::arg("progress") = py::none(),
         "Reads and verifies tensors from files (buffer None) or memory buffers into dsts.");
   m.def("fill_range", &FillRangePy, py::arg("arrays"), py::arg("offsets"), py::arg("begin"),
         py::arg("out"),
         "Fills `out` with file bytes [begin, begin+len(out)) of tensors placed at offsets (sorted).");
+  py::class_<ProgressCounter>(m, "ProgressCounter",
+                              "Bytes processed so far by the core calls it is passed to.")
+      .def(py::init<>())
+      .def_property_readonly(
+          "value", [](const ProgressCounter& c) { return c.value.load(std::memory_order_relaxed); },
+          "Bytes processed so far.")
+      .def(
+          "add", [](ProgressCounter& c, uint64_t n) { c.value.fetch_add(n); }, py::arg("n"),
+          "Adds n bytes (for work done in Python).");
   py::class_<PyStagedWrite>(m, "StagedWrite",
                             "A write that overlaps copying live tensors into staging buffers.")
       .def(
@@ -345,7 +370,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.def("start_staged_write", &StartStagedWritePy, py::arg("paths"), py::arg("file_sizes"),
         py::arg("keys"), py::arg("staging"), py::arg("live"), py::arg("files"),
         py::arg("offsets"), py::arg("chunk_size"), py::arg("threads") = 0,
-        py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
+        py::arg("piece_size") = 8u << 20, py::arg("sync") = true, py::arg("progress") = py::none(),
         "Plans a write of `staging` and starts writing each tensor once stage() copied it.");
   m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");

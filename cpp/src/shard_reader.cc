@@ -148,6 +148,7 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
         PYCKPT_RETURN_IF_ERROR(rd.Read(it.offset + b, len, buf, &data));
         if (options.verify) PYCKPT_RETURN_IF_ERROR(VerifyChunks(it, rd.name(), data, b, len, chunk));
         if (it.has_dst && data != it.dst.data + b) ScatterRange(it.dst, b, len, data);
+        if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
       }
       return Status::OK();
     }
@@ -160,6 +161,7 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
       const char* bytes = data + (it.offset - p.begin);
       if (options.verify) PYCKPT_RETURN_IF_ERROR(VerifyChunks(it, rd.name(), bytes, 0, it.nbytes, chunk));
       if (it.has_dst) ScatterRange(it.dst, 0, it.nbytes, bytes);
+      if (options.progress) options.progress->fetch_add(it.nbytes, std::memory_order_relaxed);
     }
     return Status::OK();
   });

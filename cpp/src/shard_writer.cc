@@ -166,6 +166,7 @@ Status WriteJob::Run(ReadyGate* gate) {
     }
     PYCKPT_RETURN_IF_ERROR(ProcessPiece(p, items_, plan_, chunk, scratch[w], &result_, &fds[p.file]));
     if (options_.sync && options_.early_writeback) fds[p.file].StartWriteback(p.begin, p.end - p.begin);
+    if (options_.progress) options_.progress->fetch_add(p.end - p.begin, std::memory_order_relaxed);
     return Status::OK();
   }));
   if (options_.sync) {

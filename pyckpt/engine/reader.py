@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .. import _core
+from .. import _core, progress
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
 from ..format import INDEX_NAME, Manifest, TensorEntry, decode_index
 from ..storage import Store
@@ -174,7 +174,8 @@ class OpenCheckpoint:
             np.zeros(len(p.keys), dtype=np.uint32)
         _core.read_shards(names, bufs, [0] * len(used), p.keys, source, p.offset, p.nbytes,
                           p.crcs, p.crc_begin, list(dsts), self.manifest.chunk_size,
-                          self.options.threads, True, self.options.piece_size)
+                          self.options.threads, True, self.options.piece_size, 64 << 10,
+                          progress.counter())
 
     def new_array(self, i: int) -> np.ndarray:
         return np.empty(self.manifest.shapes[i], dtype=self.manifest.dtype(i))

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _core
+from .. import _core, progress
 from .._dtypes import dtype_name, little_endian
 from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
@@ -137,7 +137,7 @@ def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attemp
         if store.local:
             crcs, _ = _core.write_shards(paths, sizes, keys, arrays, file_idx, offsets,
                                          options.chunk_size, options.threads,
-                                         options.piece_size, options.sync)
+                                         options.piece_size, options.sync, progress.counter())
         else:
             crcs = store.write_shards(  # type: ignore[attr-defined]
                 paths, sizes, keys, arrays, file_idx, offsets, options)
@@ -256,7 +256,7 @@ class StagedSave:
             self.job = _core.start_staged_write(
                 self.paths, self.sizes, keys, [t.array for t in self.tensors], list(live),
                 self.file_idx, self.offsets, options.chunk_size, options.threads,
-                options.piece_size, options.sync)
+                options.piece_size, options.sync, progress.counter())
         else:
             for dst, src in zip(staging, live):  # nothing to write: still a consistent copy
                 np.copyto(dst, src)

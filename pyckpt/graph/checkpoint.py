@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -60,20 +60,25 @@ class Checkpoint(Trackable):
 
     # -- writing -----------------------------------------------------------------------
     def save(self, file_prefix: Any, *, storage_options: dict | None = None,
-             metadata: dict | None = None, comm: Any = None) -> str:
+             metadata: dict | None = None, comm: Any = None,
+             progress: Callable[[int, int], Any] | None = None) -> str:
         """Increments ``save_counter`` and writes to ``f"{file_prefix}-{save_counter}"``."""
         counter = self._maybe_create_save_counter()
         counter.assign_add(1)
         path = f"{os.fspath(file_prefix)}-{int(counter)}"
         try:
-            return self.write(path, storage_options=storage_options, metadata=metadata, comm=comm)
+            return self.write(path, storage_options=storage_options, metadata=metadata, comm=comm,
+                              progress=progress)
         except BaseException:
             counter.assign_sub(1)  # a failed save does not use up a number
             raise
 
     def write(self, path: Any, *, storage_options: dict | None = None,
-              metadata: dict | None = None, comm: Any = None) -> str:
-        """Writes every tracked value and the object graph exactly at ``path``."""
+              metadata: dict | None = None, comm: Any = None,
+              progress: Callable[[int, int], Any] | None = None) -> str:
+        """Writes every tracked value and the object graph exactly at ``path``.
+        ``progress(bytes_done, bytes_total)`` reports this worker's writing."""
+        from .. import progress as _progress
         from ..dist.comm import resolve_comm
         from ..engine.writer import save_tensors
         from ..storage import resolve
@@ -83,14 +88,16 @@ class Checkpoint(Trackable):
         arrays = [value_array(live.objects[n]) for n in live.values]
         store, p = resolve(path, storage_options)
         comm = resolve_comm(comm)
-        if comm is not None and comm.world_size > 1:
-            from ..dist.save import distributed_save
+        with _progress.reporting(progress, sum(a.nbytes for a in arrays)):
+            if comm is not None and comm.world_size > 1:
+                from ..dist.save import distributed_save
 
-            distributed_save(comm, store, p, list(zip(keys, [live.objects[n] for n in live.values])),
-                             graph=live.to_json(), metadata=metadata)
-        else:
-            save_tensors(store, p, list(zip(keys, arrays)), graph=live.to_json(),
-                         metadata=metadata, keys_checked=True)
+                distributed_save(comm, store, p,
+                                 list(zip(keys, [live.objects[n] for n in live.values])),
+                                 graph=live.to_json(), metadata=metadata)
+            else:
+                save_tensors(store, p, list(zip(keys, arrays)), graph=live.to_json(),
+                             metadata=metadata, keys_checked=True)
         return os.fspath(path)
 
     # -- reading -----------------------------------------------------------------------

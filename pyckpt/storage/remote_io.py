@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _core
+from .. import _core, progress
 from .options import RemoteOptions
 from .retry import retry_async, retry_sync
 
@@ -73,27 +73,33 @@ class RemoteIO:
 
     # -- uploads ------------------------------------------------------------------
     def upload(self, files: list[tuple[str, ShardLayout]]) -> None:
+        # the progress counter of the caller, captured here: the upload runs on
+        # fsspec's event-loop thread or a pool, where the caller's context is unknown
+        done = progress.counter()
         if _is_s3(self.fs):
-            self._run(self._s3_upload_all, files)
+            self._run(self._s3_upload_all, files, done)
             return
         workers = max(1, min(len(files), self.opts.max_concurrency))
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="pyckpt-up") as pool:
-            for f in [pool.submit(self._stream_file, p, lay) for p, lay in files]:
+            for f in [pool.submit(self._stream_file, p, lay, done) for p, lay in files]:
                 f.result()
 
-    def _stream_file(self, path: str, layout: ShardLayout) -> None:
+    def _stream_file(self, path: str, layout: ShardLayout, done: Any) -> None:
         def attempt() -> None:
             with self.fs.open(path, "wb", block_size=max(self.opts.part_size, S3_MIN_PART)) as f:
                 for b, e in layout.parts(self.opts.part_size):
                     f.write(layout.fill(b, bytearray(e - b)))
+                    if done is not None:
+                        done.add(e - b)
 
         retry_sync(f"upload of {self.url(path)}", self.opts, attempt)
 
-    async def _s3_upload_all(self, files: list[tuple[str, ShardLayout]]) -> None:
+    async def _s3_upload_all(self, files: list[tuple[str, ShardLayout]], done: Any) -> None:
         sem = asyncio.Semaphore(self.opts.max_concurrency)
-        await asyncio.gather(*(self._s3_upload_file(p, lay, sem) for p, lay in files))
+        await asyncio.gather(*(self._s3_upload_file(p, lay, sem, done) for p, lay in files))
 
-    async def _s3_upload_file(self, path: str, layout: ShardLayout, sem: asyncio.Semaphore) -> None:
+    async def _s3_upload_file(self, path: str, layout: ShardLayout, sem: asyncio.Semaphore,
+                              done: Any) -> None:
         fs, opts = self.fs, self.opts
         bucket, key, _ = fs.split_path(path)
         url = self.url(path)
@@ -103,6 +109,8 @@ class RemoteIO:
                 body = await asyncio.to_thread(layout.fill, 0, bytearray(layout.size))
                 await retry_async(f"upload of {url}", opts, lambda: fs._call_s3(
                     "put_object", Bucket=bucket, Key=key, Body=body))
+                if done is not None:
+                    done.add(layout.size)
             return
         mpu = await retry_async(f"starting the upload of {url}", opts, lambda: fs._call_s3(
             "create_multipart_upload", Bucket=bucket, Key=key))
@@ -117,6 +125,8 @@ class RemoteIO:
                     f"upload of {url} part {number} (bytes [{begin}, {end}))", opts,
                     lambda: fs._call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id,
                                         PartNumber=number, Body=body))
+                if done is not None:
+                    done.add(end - begin)
                 return {"PartNumber": number, "ETag": out["ETag"]}
 
         try:

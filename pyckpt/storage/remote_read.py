@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _core
+from .. import _core, progress
 
 
 class _Piece:
@@ -120,4 +120,5 @@ def _verify_and_scatter(store: Any, paths: dict, plan: Any, batch: list, bufs: l
     _core.read_shards([store.url(paths[f]) for f, _, _, _ in batch], bufs,
                       [s for _, s, _, _ in batch], keys, np.asarray(sources, dtype=np.uint32),
                       np.asarray(offsets, dtype=np.uint64), np.asarray(nbytes, dtype=np.uint64),
-                      crcs, crc_begin, dsts, chunk, threads, True)
+                      crcs, crc_begin, dsts, chunk, threads, True, 8 << 20, 64 << 10,
+                      progress.counter())

@@ -13,6 +13,7 @@
 // Thread-safety: one call uses up to options.threads threads of its own.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +49,7 @@ struct ShardReadOptions {
   uint64_t piece_size = 8u << 20;
   uint64_t max_gap = 64u << 10;  // small tensors closer than this share a read
   bool verify = true;
+  std::atomic<uint64_t>* progress = nullptr;  // bytes read so far, when set
 };
 
 Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<ShardReadItem>& items,

@@ -13,6 +13,7 @@
 // source buffers must stay alive and unmodified for the duration of the call.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct ShardWriteOptions {
   uint64_t piece_size = 8u << 20;  // parallel work unit; rounded to chunks
   bool sync = true;                // fsync every file before returning
   bool early_writeback = true;     // start writeback of each piece right away
+  // When set, bytes written so far are added here as pieces complete (read by
+  // another thread to report progress).
+  std::atomic<uint64_t>* progress = nullptr;
 };
 
 struct ChecksumResult {
