@@ -135,7 +135,7 @@ class MPIComm(Communicator):
 
     def _poll(self, test: Any, what: str) -> Any:
         deadline = time.monotonic() + self.timeout
-        delay = 0.0002
+        spins = 0
         while True:
             done, value = test()
             if done:
@@ -143,8 +143,9 @@ class MPIComm(Communicator):
             if time.monotonic() > deadline:
                 raise WorkerTimeoutError(f"MPI {what} did not complete within {self.timeout:.0f} s "
                                          f"(rank {self.rank} waiting): that worker is dead or stuck")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+            spins += 1
+            # spin briefly, then sleep at most 1 ms: a late wake-up delays every worker
+            time.sleep(0 if spins < 200 else 0.001)
 
     def _recv(self, source: int, tag: int, what: str) -> Any:
         def test() -> tuple[bool, Any]:
@@ -164,9 +165,20 @@ class MPIComm(Communicator):
             return None
         out: list = [None] * self.world_size
         out[root] = obj
-        for src in range(self.world_size):
-            if src != root:
-                out[src] = self._recv(src, tag, "gather")
+        pending = set(range(self.world_size)) - {root}
+        while pending:  # in arrival order, whoever is first
+            def test() -> tuple[bool, Any]:
+                msg = self.comm.improbe(source=self._MPI.ANY_SOURCE, tag=tag)
+                return (msg is not None, msg)
+
+            try:
+                msg = self._poll(test, "gather")
+            except WorkerTimeoutError as e:
+                raise WorkerTimeoutError(f"{e}; no answer from rank(s) {sorted(pending)}") from None
+            status = self._MPI.Status()
+            value = msg.recv(status=status)
+            out[status.Get_source()] = value
+            pending.discard(status.Get_source())
         return out
 
     def broadcast(self, obj: Any, root: int = 0) -> Any:
