@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "file_io.h"
 #include "pieces.h"
 #include "write_job.h"
@@ -98,6 +104,17 @@ Status ProcessPiece(const Piece& p, const std::vector<ShardWriteItem>& items,
   return WriteSlice(p, items[p.item], chunk, scratch, &r->crcs[r->crc_begin[p.item]], file);
 }
 
+// Lowest CPU priority for the calling thread (once per thread). Background
+// writers then use only the CPU time the caller's threads leave idle.
+void LowerThreadPriority() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+#ifdef __linux__
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+#endif
+}
+
 Status CheckPlacement(const std::vector<std::string>& files, const std::vector<uint64_t>& file_sizes,
                       const std::vector<ShardWriteItem>& items, const std::vector<Span>& spans) {
   if (file_sizes.size() != files.size())
@@ -161,6 +178,7 @@ Status WriteJob::Run(ReadyGate* gate) {
   PYCKPT_RETURN_IF_ERROR(ParallelFor(plan_.pieces.size(), threads, [&](size_t i, int w) {
     const Piece& p = plan_.pieces[i];
     if (gate != nullptr) {
+      LowerThreadPriority();  // a background write yields the CPU to staging and training
       bool ok = p.run ? gate->WaitRange(plan_.order, p.run_first, p.run_last) : gate->Wait(p.item);
       if (!ok) return Status::IOError("staging of the tensors was abandoned");
     }
