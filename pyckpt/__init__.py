@@ -47,6 +47,10 @@ from .graph import (
 from .manager import CheckpointManager
 from .sharded import ShardedArray
 from .variables import Variable
+from .adapters import jax_support as _jax_support, torch_support as _torch_support
+
+_torch_support.register()
+_jax_support.register()
 
 __all__ = [
     "__version__",

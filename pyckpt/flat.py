@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -117,7 +118,13 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
     """Loads a checkpoint (see API.md section 5 for every mode).
 
     ``progress(bytes_done, bytes_total)`` is called from a monitor thread while
-    tensors are read (``total`` counts the bytes of the selected tensors)."""
+    tensors are read (``total`` counts the bytes of the selected tensors).
+    A path ending in ``.safetensors`` reads that safetensors file the same ways."""
+    from .interop import safetensors as _st
+
+    plain = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if _st.is_safetensors_path(plain):
+        return _st.load(plain, into, select, key_map, mmap, storage_options)
     ck = open_checkpoint(path, storage_options)
     keys = list(ck.manifest.tensors)
     if select is not None:

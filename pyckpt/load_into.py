@@ -18,7 +18,8 @@ from .tree import _join, as_array_leaf, rebuild_leaf
 from .variables import Variable
 
 # Adapters register converters for foreign in-place targets (torch tensors):
-# fn(obj) -> writable np.ndarray view | None.
+# fn(obj) -> writable np.ndarray view, or (array, finish) when the array is a
+# host copy that finish() copies back; None when obj is not theirs.
 _INTO_CONVERTERS: list[Callable[[Any], "np.ndarray | None"]] = []
 
 
@@ -28,26 +29,27 @@ def register_into_converter(fn: Callable[[Any], "np.ndarray | None"]) -> None:
 
 
 class Target:
-    __slots__ = ("key", "array", "setter", "kind", "sharded")
+    __slots__ = ("key", "array", "setter", "kind", "sharded", "after")
 
     def __init__(self, key: str, array: np.ndarray | None, setter: Callable | None, kind: str,
-                 sharded: Any = None) -> None:
+                 sharded: Any = None, after: Callable[[], None] | None = None) -> None:
         self.key = key
         self.array = array      # filled in place, or None
         self.setter = setter    # replaces an immutable leaf in its container
         self.kind = kind
         self.sharded = sharded  # a ShardedArray target
+        self.after = after      # run once array is filled (e.g. copy back to a GPU tensor)
 
 
-def _writable_view(obj: Any) -> np.ndarray | None:
+def _writable_view(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
     if isinstance(obj, np.ndarray):
-        return obj
+        return obj, None
     if isinstance(obj, Variable):
-        return obj._value
+        return obj._value, None
     for conv in _INTO_CONVERTERS:
-        arr = conv(obj)
-        if arr is not None:
-            return arr
+        out = conv(obj)
+        if out is not None:
+            return out if isinstance(out, tuple) else (out, None)
     return None
 
 
@@ -75,7 +77,7 @@ def collect_targets(into: Any) -> list[Target]:
                             f"not a single {type(node).__name__}")
         view = _writable_view(node)
         if view is not None:
-            out.append(Target(key, view, None, "ndarray"))
+            out.append(Target(key, view[0], None, "ndarray", after=view[1]))
             return
         leaf = as_array_leaf(node)
         if leaf is not None:  # an immutable scalar: replaced in its container
@@ -136,4 +138,7 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
         read_into_targets(ck, sharded_jobs)
     for t, i in fresh:
         t.setter(rebuild_leaf(t.kind, scalars[m.keys[i]]))
+    for t in targets:
+        if t.after is not None:
+            t.after()
     return into

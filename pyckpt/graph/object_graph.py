@@ -52,17 +52,24 @@ def _adapt(obj: Any) -> Any:
     return None
 
 
+def value_target(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
+    """(array, finish) a value node saves from and restores into: ``finish`` (or None)
+    must run after the array was filled (e.g. to copy it back to a GPU tensor)."""
+    if isinstance(obj, Variable):
+        return obj._value, None
+    if isinstance(obj, np.ndarray):
+        return obj, None
+    for fn in _VALUE_ADAPTERS:
+        out = fn(obj)
+        if out is not None:
+            return out if isinstance(out, tuple) else (out, None)
+    return None
+
+
 def value_array(obj: Any) -> np.ndarray | None:
     """The array a value node saves from and restores into, or None."""
-    if isinstance(obj, Variable):
-        return obj._value
-    if isinstance(obj, np.ndarray):
-        return obj
-    for fn in _VALUE_ADAPTERS:
-        arr = fn(obj)
-        if arr is not None:
-            return arr
-    return None
+    t = value_target(obj)
+    return None if t is None else t[0]
 
 
 def is_value(obj: Any) -> bool:
@@ -109,6 +116,14 @@ def get_child(obj: Any, name: str) -> Any:
         return v if is_node(v) else MISSING
     proxy = _adapt(obj)
     return proxy._pyckpt_get_child(name) if proxy is not None else MISSING
+
+
+def unit_restorer(obj: Any) -> Any:
+    """An adapter node that restores its whole subtree at once (``_pyckpt_restore``)."""
+    if isinstance(obj, (Variable, np.ndarray, Trackable, list, tuple, dict)):
+        return None
+    proxy = _adapt(obj)
+    return proxy if proxy is not None and hasattr(proxy, "_pyckpt_restore") else None
 
 
 def can_defer(obj: Any) -> bool:
@@ -171,11 +186,13 @@ def _component(name: str) -> str:
     return esc
 
 
-def traverse(root: Any, skip: Iterable[int] = ()) -> LiveGraph:
-    """Breadth-first walk from root; objects whose id() is in ``skip`` are left out."""
+def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = ()) -> LiveGraph:
+    """Breadth-first walk from root; objects whose id() is in ``skip`` are left out,
+    those in ``stop`` are included but not descended into."""
     g = LiveGraph()
     ids: dict[int, int] = {id(root): 0}
     skipped = set(skip)
+    stopped = set(stop)
     objects, parents, names, prefixes, edges_all = g.objects, g.parents, g.names, g.prefixes, g.edges
     objects.append(root)
     parents.append(-1)
@@ -192,6 +209,9 @@ def traverse(root: Any, skip: Iterable[int] = ()) -> LiveGraph:
             continue
         if is_value(obj):
             g.values.append(i)
+        if stopped and id(obj) in stopped:
+            i += 1
+            continue
         edges = edges_all[i]
         base = prefixes[i]
         for name, child in children(obj):

@@ -15,7 +15,8 @@ import numpy as np
 
 from . import deferred
 from .keys import path_string
-from .object_graph import MISSING, can_defer, get_child, traverse, value_array
+from .object_graph import (MISSING, can_defer, get_child, traverse, unit_restorer,
+                           value_array, value_target)
 from .sources import ValueSource
 
 
@@ -33,6 +34,7 @@ class RestoreSession:
         self.exclude_objects = {id(o) for o in exclude_objects}
         self.exclude_keys = set(exclude_keys)
         self._with_values: set[int] | None = None
+        self.units: set[int] = set()  # ids of objects restored as a whole
 
     # -- matching --------------------------------------------------------------------
     def restore_subtree(self, obj: Any, node: int, parent: Any = None, name: str | None = None) -> None:
@@ -48,6 +50,10 @@ class RestoreSession:
                 continue
             self.matched[n] = o
             self.node_of.setdefault(id(o), n)
+            unit = unit_restorer(o)
+            if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
+                self._restore_unit(unit, o, n)
+                continue
             key = g.value[n]
             if key is not None and key not in self.exclude_keys and value_array(o) is not None:
                 assign.append((n, o))
@@ -61,6 +67,34 @@ class RestoreSession:
                 else:
                     queue.append((c, child))
         self._assign(assign)
+
+    def _restore_unit(self, unit: Any, obj: Any, node: int) -> None:
+        g = self.graph
+        nodes, values = [], {}
+        stack = [(node, values)]
+        seen = {node}
+        while stack:
+            n, out = stack.pop()
+            for edge, c in g.edges[n]:
+                if c in seen:
+                    continue
+                seen.add(c)
+                if g.value[c] is not None and g.value[c] not in self.exclude_keys:
+                    nodes.append((c, edge, out))
+                elif g.edges[c]:
+                    out[edge] = {}
+                    stack.append((c, out[edge]))
+        keys = [g.value[c] for c, _, _ in nodes]
+        arrays = []
+        for k in keys:
+            shape, dtype = self.source.shape_dtype(k)
+            arrays.append(np.empty(shape, dtype=dtype))
+        self.source.read(keys, arrays)
+        for (c, edge, out), arr in zip(nodes, arrays):
+            out[edge] = arr
+        unit._pyckpt_restore(_lists(values))
+        self.consumed.update(c for c, _, _ in nodes)
+        self.units.add(id(obj))
 
     def _has_values_below(self, node: int) -> bool:
         """Whether a stored node or anything below it holds a (non-excluded) value."""
@@ -84,10 +118,12 @@ class RestoreSession:
     def _assign(self, assign: list[tuple[int, Any]]) -> None:
         if not assign:
             return
-        keys, dsts, problems = [], [], []
+        keys, dsts, problems, finish = [], [], [], []
         for n, obj in assign:
             key = self.graph.value[n]
-            dst = value_array(obj)
+            dst, after = value_target(obj)
+            if after is not None:
+                finish.append(after)
             shape, dtype = self.source.shape_dtype(key)
             if tuple(dst.shape) != tuple(shape) or dst.dtype != dtype:
                 problems.append(f"{key!r}: checkpoint has shape {tuple(shape)} dtype "
@@ -103,6 +139,8 @@ class RestoreSession:
             raise ValueError(f"cannot restore from {self.source.describe()}:\n  "
                              + "\n  ".join(problems))
         self.source.read(keys, dsts)
+        for after in finish:
+            after()
         self.consumed.update(n for n, _ in assign)
 
     # -- reports -----------------------------------------------------------------------
@@ -113,7 +151,7 @@ class RestoreSession:
 
     def unmatched_objects(self) -> list[str]:
         """Paths of live values (reachable from the root now) that received no value."""
-        live = traverse(self.root, skip=self.exclude_objects)
+        live = traverse(self.root, skip=self.exclude_objects, stop=self.units)
         out = []
         for v in live.values:
             n = self.node_of.get(id(live.objects[v]))
@@ -123,6 +161,16 @@ class RestoreSession:
 
     def pending_count(self) -> int:
         return len(self.unmatched_checkpoint_keys())
+
+
+def _lists(tree: Any) -> Any:
+    """Nested dicts whose keys are all 0..n-1 become lists (stored list indices)."""
+    if not isinstance(tree, dict):
+        return tree
+    out = {k: _lists(v) for k, v in tree.items()}
+    if out and all(k.isdigit() for k in out) and sorted(map(int, out)) == list(range(len(out))):
+        return [out[str(i)] for i in range(len(out))]
+    return out
 
 
 def _listing(items: list[str], limit: int = 50) -> str:

@@ -87,7 +87,7 @@ def _targets(x: Any) -> dict[str, tuple[np.ndarray | None, Any]]:
     if isinstance(x, Trackable):
         live = traverse(x)
         return {k: (value_array(live.objects[n]), None)
-                for k, n in zip(live.value_keys(), live.values)}
+                for k, n in zip(live.value_keys(), live.values)}  # CPU values (views)
     if isinstance(x, Snapshot):
         raise TypeError("copy_state cannot write into a Snapshot; restore it instead")
     from ..load_into import collect_targets

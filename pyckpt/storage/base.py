@@ -14,7 +14,7 @@ which reads and writes them directly.
 from __future__ import annotations
 
 import abc
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 
 class Store(abc.ABC):
@@ -76,6 +76,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def rmtree(self, path: str) -> None:
         """Deletes a directory-like prefix and everything under it; missing is fine."""
+
+    @abc.abstractmethod
+    def open_write(self, path: str) -> Any:
+        """A binary file to stream one object into; it appears whole (and durably)
+        when the ``with`` block exits without an error, and not at all otherwise."""
 
     def sync_dir(self, path: str) -> None:
         """Makes entries created in a directory durable (no-op on object stores)."""

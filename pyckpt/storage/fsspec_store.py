@@ -31,6 +31,23 @@ def _freeze(x: Any) -> Any:
         return id(x)
 
 
+class _DiscardOnError:
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def write(self, data: Any) -> int:
+        return self.f.write(data)
+
+    def __enter__(self) -> "_DiscardOnError":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and hasattr(self.f, "discard"):
+            self.f.discard()
+        else:
+            self.f.close()
+
+
 class FsspecStore(Store):
     local = False
     atomic_rename = False
@@ -66,6 +83,16 @@ class FsspecStore(Store):
         # memory:// paths carry a leading "/" inside fsspec; show them as users write them
         return self.fs.unstrip_protocol(path).replace("memory:///", "memory://", 1)
 
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """fs.<name>(*args): through the async API with a timeout where the filesystem
+        has one (so a server that stops answering cannot hang the caller), else direct."""
+        if getattr(self.fs, "async_impl", False) and hasattr(self.fs, "_" + name):
+            from fsspec.asyn import sync
+
+            return sync(self.fs.loop, getattr(self.fs, "_" + name), *args,
+                        timeout=self.opts.timeout, **kwargs)
+        return getattr(self.fs, name)(*args, **kwargs)
+
     def _fresh(self, path: str) -> None:
         """Forgets cached listings: another process may have written since."""
         try:
@@ -77,17 +104,17 @@ class FsspecStore(Store):
     def exists(self, path: str) -> bool:
         self._fresh(path)
         return retry_sync(f"existence check of {self.url(path)}", self.opts,
-                          lambda: self.fs.exists(path))
+                          lambda: self._call("exists", path))
 
     def isdir(self, path: str) -> bool:
         self._fresh(path)
-        return retry_sync(f"listing {self.url(path)}", self.opts, lambda: self.fs.isdir(path))
+        return retry_sync(f"listing {self.url(path)}", self.opts, lambda: self._call("isdir", path))
 
     def listdir(self, path: str) -> list[str]:
         self._fresh(path)
         try:
             entries = retry_sync(f"listing {self.url(path)}", self.opts,
-                                 lambda: self.fs.ls(path, detail=False))
+                                 lambda: self._call("ls", path, detail=False))
         except (FileNotFoundError, NotADirectoryError):
             return []
         base = path.rstrip("/")
@@ -102,7 +129,7 @@ class FsspecStore(Store):
 
     def size(self, path: str) -> int:
         self._fresh(path)
-        info = retry_sync(f"size of {self.url(path)}", self.opts, lambda: self.fs.info(path))
+        info = retry_sync(f"size of {self.url(path)}", self.opts, lambda: self._call("info", path))
         return int(info["size"])
 
     def mtime(self, path: str) -> float | None:
@@ -126,7 +153,8 @@ class FsspecStore(Store):
         return None
 
     def read_bytes(self, path: str) -> bytes:
-        return retry_sync(f"read of {self.url(path)}", self.opts, lambda: self.fs.cat_file(path))
+        return retry_sync(f"read of {self.url(path)}", self.opts,
+                          lambda: self._call("cat_file", path))
 
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         return self.io.fetch([(path, s, e) for s, e in ranges])
@@ -140,13 +168,20 @@ class FsspecStore(Store):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """One PUT: object stores make a whole object visible at once."""
-        retry_sync(f"write of {self.url(path)}", self.opts, lambda: self.fs.pipe_file(path, data))
+        retry_sync(f"write of {self.url(path)}", self.opts,
+                   lambda: self._call("pipe_file", path, data))
         self._fresh(path)
+
+    def open_write(self, path: str) -> Any:
+        """fsspec's streamed write: on object stores the object appears on close; a
+        failed write is discarded (``discard()``) so no partial object is left."""
+        return _DiscardOnError(self.fs.open(path, "wb", block_size=max(self.opts.part_size,
+                                                                      5 << 20)))
 
     def delete(self, paths: Iterable[str]) -> None:
         for p in list(paths):
             try:
-                retry_sync(f"delete of {self.url(p)}", self.opts, lambda p=p: self.fs.rm_file(p))
+                retry_sync(f"delete of {self.url(p)}", self.opts, lambda p=p: self._call("rm_file", p))
             except FileNotFoundError:
                 pass
             self._fresh(p)
@@ -155,7 +190,7 @@ class FsspecStore(Store):
         self._fresh(path)
         try:
             retry_sync(f"delete of {self.url(path)}", self.opts,
-                       lambda: self.fs.rm(path, recursive=True))
+                       lambda: self._call("rm", path, recursive=True))
         except FileNotFoundError:
             pass
         if hasattr(self.fs, "call_s3") and hasattr(self.fs, "split_path"):

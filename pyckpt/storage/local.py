@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .base import Store
 
@@ -77,6 +77,9 @@ class LocalStore(Store):
             raise
         self.sync_dir(directory)
 
+    def open_write(self, path: str) -> "_AtomicFile":
+        return _AtomicFile(self, path)
+
     def delete(self, paths: Iterable[str]) -> None:
         for p in paths:
             _unlink(p)
@@ -96,6 +99,36 @@ class LocalStore(Store):
                 raise
         finally:
             os.close(fd)
+
+
+class _AtomicFile:
+    """Writes to a temporary name; on a clean exit: fsync, rename, fsync the directory."""
+
+    def __init__(self, store: LocalStore, path: str) -> None:
+        self.store, self.path = store, path
+        self.dir = os.path.dirname(path) or "."
+        os.makedirs(self.dir, exist_ok=True)
+        self.tmp = os.path.join(self.dir, f".{os.path.basename(path)}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+        self.f = open(self.tmp, "xb")
+
+    def write(self, data: Any) -> int:
+        return self.f.write(data)
+
+    def __enter__(self) -> "_AtomicFile":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        try:
+            if exc_type is None:
+                self.f.flush()
+                os.fsync(self.f.fileno())
+            self.f.close()
+            if exc_type is None:
+                os.replace(self.tmp, self.path)
+                self.store.sync_dir(self.dir)
+        finally:
+            if os.path.exists(self.tmp):
+                _unlink(self.tmp)
 
 
 def _unlink(path: str) -> None:

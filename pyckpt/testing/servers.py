@@ -19,6 +19,10 @@ import time
 import urllib.request
 from typing import Iterator
 
+# gcsfs reads this when it is imported: without it, operations on emulator buckets
+# stall on a gRPC call to the real storage-control API (unreachable here).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
 
 def free_port(also_free: int | None = None) -> int:
     """A free TCP port on 127.0.0.1 (optionally with port + also_free free too)."""
@@ -38,11 +42,29 @@ def free_port(also_free: int | None = None) -> int:
     raise RuntimeError("no free port pair found")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the test process dies, however it dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: rely on the fixtures' teardown
+        pass
+
+
+def _tail(log: str, lines: int = 20) -> str:
+    try:
+        with open(log, "rb") as f:
+            return b"".join(f.readlines()[-lines:]).decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+
+
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float, log: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}; log: {log}")
+            raise RuntimeError(f"server exited with {proc.returncode}; last log lines:\n{_tail(log)}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -50,7 +72,7 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float, log: str) -> No
             return  # it answers
         except OSError:
             time.sleep(0.2)
-    raise TimeoutError(f"server at {url} not ready after {timeout} s; log: {log}")
+    raise TimeoutError(f"server at {url} not ready after {timeout} s; last log lines:\n{_tail(log)}")
 
 
 def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
@@ -61,6 +83,12 @@ def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+# Client timeouts for test servers: a stalled connection fails in seconds and is
+# retried, instead of waiting for botocore's 60 s default.
+S3_CLIENT = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 15,
+                               "retries": {"max_attempts": 3, "mode": "standard"}}}
 
 
 def _s3_env() -> None:
@@ -84,13 +112,16 @@ def seaweedfs(startup_timeout: float = 60.0) -> Iterator[dict]:
     cmd = [weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
            "-master.telemetry=false", f"-master.port={master}", f"-volume.port={volume}",
            "-filer", f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
+           # no Iceberg / Lance catalog listeners: fixed ports, not needed here
+           "-s3.port.iceberg=0", "-s3.port.lance=0",
            "-volume.max=0", "-master.volumeSizeLimitMB=256"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=data,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
     try:
         _wait_http(f"http://127.0.0.1:{s3}/", proc, startup_timeout, log)
-        yield {"endpoint_url": f"http://127.0.0.1:{s3}", "key": "pyckpt", "secret": "pyckpt"}
+        yield {"endpoint_url": f"http://127.0.0.1:{s3}", "key": "pyckpt", "secret": "pyckpt",
+               **S3_CLIENT}
     finally:
         _stop(proc)
         shutil.rmtree(data, ignore_errors=True)
@@ -106,7 +137,8 @@ def moto() -> Iterator[dict]:
     server.start()
     host, port = server.get_host_and_port()
     try:
-        yield {"endpoint_url": f"http://{host}:{port}", "key": "pyckpt", "secret": "pyckpt"}
+        yield {"endpoint_url": f"http://{host}:{port}", "key": "pyckpt", "secret": "pyckpt",
+               **S3_CLIENT}
     finally:
         server.stop()
 
@@ -120,15 +152,14 @@ def moto_reset(storage_options: dict) -> None:
 @contextlib.contextmanager
 def gcs_emulator(startup_timeout: float = 60.0) -> Iterator[dict]:
     """gcp-storage-emulator (in memory) for gcsfs."""
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else new buckets stall 60 s
-    exe = shutil.which("gcp-storage-emulator") or os.path.join(os.path.dirname(sys.executable),
-                                                                 "gcp-storage-emulator")
+    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # see the top of this module
     port = free_port()
     log = tempfile.mktemp(prefix="pyckpt-gcs-", suffix=".log")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port),
-                                 "--in-memory", "-q"], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    with open(log, "wb") as out:  # threaded: see pyckpt/testing/gcs_emulator.py
+        proc = subprocess.Popen([sys.executable, "-m", "pyckpt.testing.gcs_emulator", "start",
+                                 "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with_parent)
     try:
         _wait_http(f"http://127.0.0.1:{port}/storage/v1/b?project=test", proc, startup_timeout, log)
         yield {"endpoint_url": f"http://127.0.0.1:{port}", "token": "anon", "project": "test"}

@@ -18,18 +18,15 @@ import pyckpt
 
 WORKERS = pathlib.Path(__file__).with_name("workers.py")
 G = np.arange(10 * 6 * 4, dtype=np.float32).reshape(10, 6, 4)
-REQUIRE = os.environ.get("PYCKPT_REQUIRE_SERVERS") == "1"
-
-
 def _launcher(engine):
-    exe = shutil.which("torchrun" if engine == "torch" else "mpiexec")
-    module = "torch" if engine == "torch" else "mpi4py"
-    import importlib.util
+    from pyckpt.testing.requirements import REQUIRE_ALL, require
 
-    if exe is None or importlib.util.find_spec(module) is None:
-        if REQUIRE:
-            pytest.fail(f"{engine} launcher or {module} missing in CI")
-        pytest.skip(f"needs {module} and its launcher")
+    require("torch" if engine == "torch" else "mpi4py")
+    exe = shutil.which("torchrun" if engine == "torch" else "mpiexec")
+    if exe is None:
+        if REQUIRE_ALL:
+            pytest.fail(f"the {engine} launcher is missing in CI")
+        pytest.skip(f"needs the {engine} launcher")
     return exe
 
 

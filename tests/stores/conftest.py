@@ -1,26 +1,19 @@
 """Real storage servers for the store tests, started once per session on 127.0.0.1.
 
 Without the server packages the tests are skipped locally; CI sets
-PYCKPT_REQUIRE_SERVERS=1, which turns a missing package into a failure.
+PYCKPT_REQUIRE_ALL=1, which turns a missing package into a failure.
 """
 
-import importlib.util
-import os
 import uuid
 
 import pytest
 
 from pyckpt.testing import servers
-
-REQUIRE = os.environ.get("PYCKPT_REQUIRE_SERVERS") == "1"
-
+from pyckpt.testing.requirements import require
 
 def _need(*modules):
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        if REQUIRE:
-            pytest.fail(f"PYCKPT_REQUIRE_SERVERS=1 but {missing} are not installed")
-        pytest.skip(f"needs {missing}")
+    for m in modules:
+        require(m, "a storage server or its client")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,210 @@
+"""torch support: tensors as leaves and in-place targets, ``nn.Module`` and
+optimizers as object-graph nodes.
+
+- A CPU tensor is saved straight from its memory (a numpy view, no copy);
+  tensors on other devices are copied to host memory first.
+- ``load(into=...)`` and restores fill tensors in place: CPU tensors through a
+  numpy view of their memory; others by reading into host memory and copying.
+- bfloat16 and float8 tensors map to ml_dtypes arrays of the same bits.
+- An ``nn.Module`` is a node whose edges are its parameters, buffers and
+  submodules (the names of its state_dict, split at the dots), restored in place.
+- An optimizer is saved as its state_dict (state tensors and the numbers of its
+  param_groups) and restored with ``load_state_dict``, so a fresh optimizer
+  whose state does not exist yet is restored too.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
+    """numpy view of a CPU tensor whose dtype numpy lacks (bfloat16, float8)."""
+    name = str(t.dtype).replace("torch.", "")
+    if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        return None
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(f"saving torch.{name} tensors needs ml_dtypes: pip install ml_dtypes") from None
+    raw = t.view(torch.int16 if name == "bfloat16" else torch.uint8)
+    return raw.numpy().view(getattr(ml_dtypes, name))
+
+
+def to_numpy(obj: Any) -> np.ndarray | None:
+    """A numpy array with the tensor's values (a view for CPU tensors), else None."""
+    torch = _torch()
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return None
+    t = obj.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.is_conj():
+        t = t.resolve_conj()
+    view = _ml_view(torch, t)
+    return view if view is not None else t.numpy()
+
+
+def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
+    """(array to fill, finish) for an in-place target tensor: CPU tensors are filled
+    through a view (finish None); others through a host copy copied back in finish."""
+    torch = _torch()
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return None
+    t = obj.detach()
+    if t.device.type == "cpu":
+        view = _ml_view(torch, t)
+        return (view if view is not None else t.numpy()), None
+    host = t.cpu()
+    arr = _ml_view(torch, host)
+    arr = arr if arr is not None else host.numpy()
+
+    def finish() -> None:
+        t.copy_(host)
+
+    return arr, finish
+
+
+def to_torch(tree: Any) -> Any:
+    """The same tree with numpy arrays turned into torch tensors (bfloat16 kept)."""
+    import torch
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: conv(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(conv(v) for v in x)
+        if isinstance(x, np.ndarray):
+            name = x.dtype.name
+            if name == "bfloat16":
+                return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+            if name in ("float8_e4m3fn", "float8_e5m2"):
+                return torch.from_numpy(x.view(np.uint8)).view(getattr(torch, name))
+            return torch.from_numpy(np.ascontiguousarray(x))
+        return x
+
+    return conv(tree)
+
+
+# -- object graph nodes ----------------------------------------------------------------
+
+class ModuleNode:
+    """An nn.Module seen as a graph node: edges to parameters, buffers, submodules."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def _pyckpt_children(self) -> list[tuple[str, Any]]:
+        m = self.module
+        out: list[tuple[str, Any]] = []
+        out.extend((n, p) for n, p in m.named_parameters(recurse=False) if p is not None)
+        out.extend((n, b) for n, b in m.named_buffers(recurse=False) if b is not None
+                   and n not in getattr(m, "_non_persistent_buffers_set", set()))
+        out.extend(m.named_children())
+        return out
+
+    def _pyckpt_get_child(self, name: str) -> Any:
+        from ..graph.object_graph import MISSING
+
+        for n, v in self._pyckpt_children():
+            if n == name:
+                return v
+        return MISSING
+
+
+def _numberize(x: Any) -> Any:
+    """An optimizer state_dict with tensors and numbers as numpy arrays (graph values)."""
+    torch = _torch()
+    if isinstance(x, dict):
+        return {str(k): _numberize(v) for k, v in x.items() if _keep(v)}
+    if isinstance(x, (list, tuple)):
+        return [_numberize(v) for v in x]
+    if torch is not None and isinstance(x, torch.Tensor):
+        return to_numpy(x)
+    return np.asarray(x)
+
+
+def _keep(v: Any) -> bool:
+    return v is not None and not isinstance(v, str)
+
+
+class OptimizerNode:
+    """A torch optimizer seen as a graph node holding its state_dict."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+        self._tree = _numberize(optimizer.state_dict())
+
+    def _pyckpt_children(self) -> list[tuple[str, Any]]:
+        return list(self._tree.items())
+
+    def _pyckpt_get_child(self, name: str) -> Any:
+        from ..graph.object_graph import MISSING
+
+        return self._tree.get(name, MISSING)
+
+    def _pyckpt_restore(self, values: dict) -> None:
+        """Rebuilds the state_dict from stored values and loads it."""
+        import torch
+
+        sd = self.optimizer.state_dict()
+        stored_state = values.get("state", {})
+        pairs = enumerate(stored_state) if isinstance(stored_state, list) else stored_state.items()
+        state = {}
+        for idx, slots in pairs:
+            state[int(idx)] = {k: _tensor(torch, v) for k, v in slots.items()}
+        groups = sd["param_groups"]
+        for g, stored in zip(groups, values.get("param_groups", [])):
+            for k, v in stored.items():
+                if k == "params" or k not in g:
+                    continue
+                g[k] = _pythonic(g[k], v)
+        sd["state"] = state
+        self.optimizer.load_state_dict(sd)
+
+
+def _tensor(torch: Any, v: np.ndarray) -> Any:
+    name = v.dtype.name
+    if name == "bfloat16":
+        return torch.from_numpy(v.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(v))
+
+
+def _pythonic(template: Any, v: Any) -> Any:
+    """A stored number back in the type of the optimizer's current value."""
+    if isinstance(template, tuple):
+        return tuple(_pythonic(t, x) for t, x in zip(template, v))
+    if isinstance(template, list):
+        return [_pythonic(t, x) for t, x in zip(template, v)]
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return type(template)(v[()]) if isinstance(template, (bool, int, float)) else v[()].item()
+    return v
+
+
+def node_for(obj: Any) -> Any:
+    torch = _torch()
+    if torch is None:
+        return None
+    if isinstance(obj, torch.nn.Module):
+        return ModuleNode(obj)
+    if isinstance(obj, torch.optim.Optimizer):
+        return OptimizerNode(obj)
+    return None
+
+
+def register() -> None:
+    from ..graph.object_graph import register_adapter, register_value_adapter
+    from ..load_into import register_into_converter
+    from ..tree import register_leaf_converter
+
+    register_leaf_converter(to_numpy)
+    register_into_converter(writable)
+    register_value_adapter(writable)
+    register_adapter(node_for)

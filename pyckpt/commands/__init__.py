@@ -1,0 +1,1 @@
+"""The subcommands of the ``pyckpt`` command line, one module each."""

@@ -1,0 +1,66 @@
+"""``pyckpt ls PATH``: the checkpoints in a directory or bucket prefix."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+
+from ..engine import naming
+from ..format import INDEX_NAME, decode_index
+from ..storage import resolve
+from .common import add_output_options, add_storage_options, emit_json, human, parse_options
+
+
+def _describe(store, path: str, name: str) -> dict | None:
+    entries = store.listdir(path)
+    step = None
+    head, sep, tail = name.rpartition("-")
+    if sep and tail.isdigit():
+        step = int(tail)
+    row = {"name": name, "path": store.url(path), "step": step}
+    if INDEX_NAME in entries:
+        try:
+            m = decode_index(store.read_bytes(store.join(path, INDEX_NAME)), store.url(path))
+        except ValueError as e:
+            return {**row, "status": "corrupt", "error": str(e)}
+        created = m.info.get("created")
+        return {**row, "status": "committed", "bytes": sum(f.size for f in m.files),
+                "tensors": len(m.keys),
+                "created": datetime.datetime.fromtimestamp(created).isoformat(timespec="seconds")
+                if isinstance(created, (int, float)) else None}
+    if any(naming.is_data_file(e) for e in entries):
+        return {**row, "status": "uncommitted"}
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    store, path = resolve(args.path, parse_options(args.storage_option))
+    rows = []
+    if INDEX_NAME in store.listdir(path):
+        rows.append(_describe(store, path, path.rstrip("/").rsplit("/", 1)[-1]))
+    else:
+        for name in sorted(store.listdir(path)):
+            row = _describe(store, store.join(path, name), name)
+            if row is not None:
+                rows.append(row)
+    rows.sort(key=lambda r: (r["step"] is None, r["step"] or 0, r["name"]))
+    if args.json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        print(f"no checkpoints in {store.url(path)}")
+        return 0
+    print(f"{'NAME':24s} {'STEP':>8s} {'SIZE':>10s} {'TENSORS':>8s} {'CREATED':20s} STATUS")
+    for r in rows:
+        print(f"{r['name']:24s} {'' if r['step'] is None else r['step']:>8} "
+              f"{human(r['bytes']) if 'bytes' in r else '-':>10s} {r.get('tensors', '-'):>8} "
+              f"{r.get('created') or '-':20s} {r['status']}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ls", help="list the checkpoints in a directory or bucket")
+    p.add_argument("path")
+    add_storage_options(p)
+    add_output_options(p)
+    p.set_defaults(fn=run)

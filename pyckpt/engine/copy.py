@@ -1,0 +1,102 @@
+"""Copying a committed checkpoint between any two stores, verifying every
+chunk on the way (``pyckpt cp``).
+
+The data files are streamed in windows of at most ``WINDOW`` bytes: each
+window is read (a ranged read), every block piece inside it is checked against
+its CRC-32C in the C++ core, and the bytes (padding included) are appended to
+the destination file. The destination gets new file names (a new attempt id)
+and its index is written last, so a copy is committed atomically like a save,
+and a corrupt source fails the copy before anything is committed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import _core
+from ..format import Manifest
+from ..format.manifest import FileEntry
+from ..storage import resolve
+from . import naming
+from .reader import open_checkpoint
+from .writer import abandon, commit, delete_replaced
+
+WINDOW = 64 << 20
+
+
+def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, int, int]]]]:
+    """(begin, end, pieces) tiling file f; a piece is (key, block, lo, hi) in block bytes."""
+    b = m.blocks
+    cs = m.chunk_size
+    owner = np.repeat(np.arange(len(m.keys)), np.diff(b.tensor_begin))
+    sel = np.nonzero((b.file == f) & (b.nbytes > 0))[0]
+    sel = sel[np.argsort(b.offset[sel], kind="stable")]
+    step = max(cs, WINDOW // cs * cs)
+    pieces = []
+    for j in sel.tolist():
+        off, n = int(b.offset[j]), int(b.nbytes[j])
+        for lo in range(0, n, step):
+            pieces.append((off + lo, off + min(n, lo + step), m.keys[int(owner[j])], j, lo,
+                           min(n, lo + step)))
+    out: list = []
+    for start, end, key, j, lo, hi in pieces:
+        if out and end - out[-1][0] <= WINDOW:
+            out[-1][1] = end
+            out[-1][2].append((key, j, lo, hi))
+        else:
+            out.append([start, end, [(key, j, lo, hi)]])
+    size = m.files[f].size
+    tiled = []
+    for k, (start, end, ps) in enumerate(out):  # cover the padding between windows too
+        begin = 0 if k == 0 else tiled[-1][1]
+        stop = size if k + 1 == len(out) else out[k + 1][0]
+        tiled.append((begin, stop, ps))
+    if not tiled and size:
+        tiled.append((0, size, []))
+    return tiled
+
+
+def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
+                    dst_options: dict | None = None,
+                    progress: Callable[[int, int], Any] | None = None) -> str:
+    ck = open_checkpoint(src, src_options)
+    m = ck.manifest
+    store, path = resolve(dst, dst_options)
+    store.makedirs(path)
+    attempt = naming.new_attempt_id()
+    total = sum(f.size for f in m.files)
+    done = 0
+    new_files: list[FileEntry] = []
+    try:
+        for f, entry in enumerate(m.files):
+            name = naming.data_file_name(attempt, 0, f)
+            new_files.append(FileEntry(name, entry.size))
+            ck.check_files([f])
+            src_path = ck.file_path(f)
+            with store.open_write(store.join(path, name)) as out:
+                for begin, end, pieces in _windows(m, f):
+                    data = ck.store.read_ranges(src_path, [(begin, end)])[0]
+                    if pieces:
+                        plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
+                                              np.array([p[2] for p in pieces]),
+                                              np.array([p[3] for p in pieces]))
+                        _core.read_shards([ck.store.url(src_path)], [data], [begin], plan.keys,
+                                          np.zeros(len(pieces), np.uint32), plan.offset,
+                                          plan.nbytes, plan.crcs, plan.crc_begin,
+                                          [None] * len(pieces), m.chunk_size)
+                    out.write(data)
+                    done += len(data)
+                    if progress is not None:
+                        progress(done, total)
+        copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
+                          dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
+                          tree=m.tree, metadata=m.metadata, graph=m.graph,
+                          info={**m.info, "attempt": attempt, "copied_from": ck.url})
+        previous = commit(store, path, copied)
+    except BaseException:
+        abandon(store, path, new_files, attempt)
+        raise
+    delete_replaced(store, path, previous, copied)
+    return store.url(path)

@@ -1,0 +1,1 @@
+"""Conversions between pyckpt checkpoints and other formats."""

@@ -1,0 +1,101 @@
+"""torch adapters (issue 7): tensors, state_dicts, nn.Module and optimizers."""
+
+import numpy as np
+import pytest
+
+from pyckpt.testing.requirements import require
+
+torch = require("torch")
+
+import pyckpt  # noqa: E402
+from pyckpt.adapters.torch_support import to_torch  # noqa: E402
+
+
+def mlp(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def test_state_dict_round_trip_in_place(tmp_path):
+    a, b = mlp(0), mlp(1)
+    pyckpt.save(a.state_dict(), tmp_path / "sd")
+    keys = [k for k, _ in pyckpt.list_variables(tmp_path / "sd")]
+    assert keys == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    target = b.state_dict()
+    assert pyckpt.load(tmp_path / "sd", into=target) is target
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(va, vb), k
+    plain = pyckpt.load(tmp_path / "sd")
+    assert isinstance(plain["0.weight"], np.ndarray)
+    assert torch.equal(to_torch(plain)["0.weight"], a.state_dict()["0.weight"])
+
+
+def test_bfloat16_and_strided_tensors(tmp_path):
+    pytest.importorskip("ml_dtypes")
+    x = torch.randn(6, 5).to(torch.bfloat16)
+    t = torch.randn(5, 7).t()  # non-contiguous
+    pyckpt.save({"x": x, "t": t, "step": torch.tensor(3)}, tmp_path / "c")
+    assert pyckpt.load_checkpoint(tmp_path / "c").get_variable_to_dtype_map()["x"].name == "bfloat16"
+    into = {"x": torch.zeros(6, 5, dtype=torch.bfloat16), "t": torch.zeros(7, 5),
+            "step": torch.tensor(0)}
+    pyckpt.load(tmp_path / "c", into=into)
+    assert torch.equal(into["x"], x) and torch.equal(into["t"], t) and int(into["step"]) == 3
+    assert torch.equal(to_torch(pyckpt.load(tmp_path / "c"))["x"], x)
+
+
+def _train(model, opt, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(16, 4, generator=g)
+        y = torch.randn(16, 2, generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+
+
+def test_module_and_adam_resume_equals_uninterrupted(tmp_path):
+    model = mlp(0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ck = pyckpt.Checkpoint(model=model, optimizer=opt)
+    manager = pyckpt.CheckpointManager(ck, tmp_path, max_to_keep=2)
+    _train(model, opt, 5, seed=1)
+    manager.save()
+    keys = [k for k, _ in pyckpt.list_variables(manager.latest_checkpoint)]
+    assert "model/0/weight/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert "optimizer/state/0/exp_avg/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert "optimizer/param_groups/0/lr/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    manager.close()
+
+    # a new program: fresh model, fresh optimizer without state
+    model2 = mlp(7)
+    opt2 = torch.optim.Adam(model2.parameters(), lr=0.5)
+    ck2 = pyckpt.Checkpoint(model=model2, optimizer=opt2)
+    manager2 = pyckpt.CheckpointManager(ck2, tmp_path, max_to_keep=2)
+    assert manager2.restore_or_initialize() is not None
+    assert opt2.param_groups[0]["lr"] == 1e-2
+    _train(model2, opt2, 5, seed=2)
+
+    straight = mlp(0)
+    opt3 = torch.optim.Adam(straight.parameters(), lr=1e-2)
+    _train(straight, opt3, 5, seed=1)
+    _train(straight, opt3, 5, seed=2)
+    for p2, p3 in zip(model2.parameters(), straight.parameters()):
+        assert torch.equal(p2, p3)
+    s2, s3 = opt2.state_dict()["state"], opt3.state_dict()["state"]
+    for i in s3:
+        for k in s3[i]:
+            assert torch.equal(s2[i][k], s3[i][k]), (i, k)
+
+
+def test_restore_status_of_a_module_checkpoint(tmp_path):
+    model = mlp(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 2, seed=3)
+    path = pyckpt.Checkpoint(model=model, optimizer=opt).save(tmp_path / "c")
+    model2 = mlp(5)
+    opt2 = torch.optim.SGD(model2.parameters(), lr=0.3, momentum=0.9)
+    status = pyckpt.Checkpoint(model=model2, optimizer=opt2).restore(path)
+    status.assert_consumed()
+    assert torch.equal(model2[0].weight, model[0].weight)
+    assert opt2.param_groups[0]["lr"] == 0.1
