@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -13,6 +14,7 @@ import pyckpt
 def _cli(*args, **kw):
     exe = shutil.which("pyckpt")
     cmd = [exe, *args] if exe else [sys.executable, "-m", "pyckpt", *args]
+    kw.setdefault("cwd", tempfile.gettempdir())  # `python -m` must not see a source checkout
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
 
 

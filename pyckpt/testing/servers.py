@@ -159,7 +159,8 @@ def gcs_emulator(startup_timeout: float = 60.0) -> Iterator[dict]:
         proc = subprocess.Popen([sys.executable, "-m", "pyckpt.testing.gcs_emulator", "start",
                                  "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=_die_with_parent,
+                                cwd=tempfile.gettempdir())  # not a source checkout's cwd
     try:
         _wait_http(f"http://127.0.0.1:{port}/storage/v1/b?project=test", proc, startup_timeout, log)
         yield {"endpoint_url": f"http://127.0.0.1:{port}", "token": "anon", "project": "test"}

@@ -111,5 +111,5 @@ def test_async_save_survives_an_immediate_exit(tmp_path):
             "m = pyckpt.CheckpointManager(pyckpt.Checkpoint(v=pyckpt.Variable(np.ones(1_000_000))), sys.argv[1]); "
             "print(m.save(blocking=False))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, timeout=120, check=True).stdout.strip()
+                         text=True, timeout=120, check=True, cwd=tmp_path).stdout.strip()
     pyckpt.load_checkpoint(out).verify()

@@ -180,7 +180,8 @@ def test_lease_of_a_dead_process_is_taken_over(tmp_path):
     code = ("import sys, numpy as np, pyckpt, os; "
             "m = pyckpt.CheckpointManager(pyckpt.Checkpoint(v=pyckpt.Variable(np.ones(2))), sys.argv[1]); "
             "m.save(); os._exit(0)")  # exits without releasing the lease
-    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=120,
+                   cwd=tmp_path)
     assert (tmp_path / "pyckpt-manager.lock").exists()
     m = pyckpt.CheckpointManager(make_ckpt(), tmp_path)
     assert m.save() == str(tmp_path / "ckpt-1")  # the counter was not restored: number 1 again

@@ -38,7 +38,7 @@ def test_each_x86_path_agrees_when_forced_off(tmp_path):
             "print(_core.crc32c_implementation(), _core.crc32c(b), _core.crc32c_portable(b))")
     env = dict(os.environ, PYCKPT_CRC32C_NO_AVX512="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
+                         check=True, cwd=tmp_path).stdout.split()
     assert out[0] in ("sse4.2", "portable") and out[1] == out[2]
 
 
