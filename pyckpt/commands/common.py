@@ -47,7 +47,7 @@ def progress_bar(args: argparse.Namespace, desc: str) -> tuple[Callable[[int, in
         return None, lambda: None
     from tqdm import tqdm
 
-    bar = tqdm(total=0, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+    bar = tqdm(total=None, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=True,
                file=sys.stderr)
 
     def update(done: int, total: int) -> None:
@@ -55,7 +55,11 @@ def progress_bar(args: argparse.Namespace, desc: str) -> tuple[Callable[[int, in
             bar.total = total
         bar.update(done - bar.n)
 
-    return update, bar.close
+    def close() -> None:
+        bar.refresh()  # the final state, however fast the operation was
+        bar.close()
+
+    return update, close
 
 
 def emit_json(obj: Any) -> None:
