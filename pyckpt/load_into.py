@@ -7,7 +7,7 @@ reported, all at once, before any byte is read.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeAlias
 
 import numpy as np
 
@@ -20,10 +20,11 @@ from .variables import Variable
 # Adapters register converters for foreign in-place targets (torch tensors):
 # fn(obj) -> writable np.ndarray view, or (array, finish) when the array is a
 # host copy that finish() copies back; None when obj is not theirs.
-_INTO_CONVERTERS: list[Callable[[Any], "np.ndarray | None"]] = []
+IntoView: TypeAlias = "np.ndarray | tuple[np.ndarray, Callable[[], None] | None]"
+_INTO_CONVERTERS: list[Callable[[Any], "IntoView | None"]] = []
 
 
-def register_into_converter(fn: Callable[[Any], "np.ndarray | None"]) -> None:
+def register_into_converter(fn: Callable[[Any], "IntoView | None"]) -> None:
     if fn not in _INTO_CONVERTERS:
         _INTO_CONVERTERS.append(fn)
 
@@ -137,6 +138,7 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
 
         read_into_targets(ck, sharded_jobs)
     for t, i in fresh:
+        assert t.setter is not None  # a target without an array is a leaf with a setter
         t.setter(rebuild_leaf(t.kind, scalars[m.keys[i]]))
     for t in targets:
         if t.after is not None:

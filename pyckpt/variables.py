@@ -23,6 +23,9 @@ class Variable(np.lib.mixins.NDArrayOperatorsMixin):
     """
 
     __slots__ = ("_value", "_name", "_trainable", "__weakref__")
+    _value: np.ndarray
+    _name: str
+    _trainable: bool
 
     def __init__(self, initial_value: Any, dtype: Any = None, name: str | None = None,
                  trainable: bool = True) -> None:

@@ -4,6 +4,7 @@ Exit status 0 when identical, 1 when they differ."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     so = parse_options(args.storage_option)
     ra, rb = load_checkpoint(args.a, storage_options=so), load_checkpoint(args.b, storage_options=so)
     ka, kb = set(ra.keys()), set(rb.keys())
-    report = {"a": ra.path, "b": rb.path, "added": sorted(kb - ka), "removed": sorted(ka - kb),
-              "changed": {}, "equal": 0}
+    report: dict[str, Any] = {"a": ra.path, "b": rb.path, "added": sorted(kb - ka),
+                              "removed": sorted(ka - kb), "changed": {}, "equal": 0}
     for key in sorted(ka & kb):  # one tensor at a time: memory stays at two tensors
         result = compare(ra.get_tensor(key), rb.get_tensor(key))
         if result["status"] == "equal":

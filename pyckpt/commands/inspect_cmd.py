@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 import numpy as np
 
@@ -40,12 +41,13 @@ def run(args: argparse.Namespace) -> int:
             for k, v in stats.items():
                 print(f"{k:6s} {v}")
         return 0
-    tensors = [{"key": k, "dtype": m.dtype_names[i], "shape": list(m.shapes[i]),
-                "bytes": math.prod(m.shapes[i]) * m.dtype(i).itemsize,
-                "blocks": int(m.blocks.tensor_begin[i + 1] - m.blocks.tensor_begin[i])}
-               for i, k in enumerate(m.keys)]
+    tensors: list[dict[str, Any]] = [
+        {"key": k, "dtype": m.dtype_names[i], "shape": list(m.shapes[i]),
+         "bytes": math.prod(m.shapes[i]) * m.dtype(i).itemsize,
+         "blocks": int(m.blocks.tensor_begin[i + 1] - m.blocks.tensor_begin[i])}
+        for i, k in enumerate(m.keys)]
     graph = m.graph
-    summary = {
+    summary: dict[str, Any] = {
         "path": reader.path, "format_version": 1, "chunk_size": m.chunk_size,
         "files": [{"name": f.name, "bytes": f.size} for f in m.files],
         "bytes": sum(t["bytes"] for t in tensors), "info": m.info, "metadata": m.metadata,

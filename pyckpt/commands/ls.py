@@ -35,9 +35,11 @@ def _describe(store, path: str, name: str) -> dict | None:
 
 def run(args: argparse.Namespace) -> int:
     store, path = resolve(args.path, parse_options(args.storage_option))
-    rows = []
+    rows: list[dict] = []
     if INDEX_NAME in store.listdir(path):
-        rows.append(_describe(store, path, path.rstrip("/").rsplit("/", 1)[-1]))
+        here = _describe(store, path, path.rstrip("/").rsplit("/", 1)[-1])
+        assert here is not None  # a directory holding an index is always described
+        rows.append(here)
     else:
         for name in sorted(store.listdir(path)):
             row = _describe(store, store.join(path, name), name)

@@ -16,12 +16,16 @@ in well under a second.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, TypeAlias
 
 import numpy as np
 
 from ..sharding.boxes import check_partition
 from .plans import GlobalPlan, LocalPlan, TensorPlan
+
+
+# per tensor, (ranks, items): which worker writes which of its items
+_Writes: TypeAlias = "list[tuple[np.ndarray, np.ndarray]]"
 
 
 class PlanError(ValueError):
@@ -99,7 +103,8 @@ def _per_rank(writes: list[tuple[np.ndarray, np.ndarray]], world: int) -> tuple[
     return tuple(items[bounds[r]:bounds[r + 1]].astype(np.int64) for r in range(world))
 
 
-def _check_meta(key: str, plans: Sequence[LocalPlan], idx: Sequence[int]) -> tuple[str, tuple]:
+def _check_meta(key: str, plans: Sequence[LocalPlan],
+                idx: Sequence[int] | np.ndarray) -> tuple[str, tuple]:
     dts = {p.dtypes[i] for p, i in zip(plans, idx)}
     shapes = {p.global_shapes[i] for p, i in zip(plans, idx)}
     if len(dts) > 1 or len(shapes) > 1:
@@ -144,22 +149,24 @@ def _assign(key: str, dtype: str, gshape: tuple, sharded: bool, ranks: np.ndarra
     return TensorPlan(key, dtype, gshape, w_ranks, w_items, uniq[:, :d].copy(), uniq[:, d:].copy())
 
 
-def _plan_aligned(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], list[list[int]]]:
+def _plan_aligned(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], _Writes]:
     world = len(plans)
     n = len(plans[0].keys)
+    if not n:
+        return [], []
     ranks = np.arange(world)
-    offs = np.stack([p.offsets for p in plans]) if n else None   # [world, n, D]
-    shps = np.stack([p.shapes for p in plans]) if n else None
-    nb = np.stack([p.nbytes for p in plans]) if n else None       # [world, n]
-    sharded = np.stack([p.sharded for p in plans]) if n else None
+    offs = np.stack([p.offsets for p in plans])   # [world, n, D]
+    shps = np.stack([p.shapes for p in plans])
+    nb = np.stack([p.nbytes for p in plans])       # [world, n]
+    sharded = np.stack([p.sharded for p in plans])
     dt = [p.dtypes for p in plans]
     gs = [p.global_shapes for p in plans]
     bal = _Balancer(world)
     writes: list[tuple[np.ndarray, np.ndarray]] = []
-    tensors = []
+    tensors: list[TensorPlan] = []
     items_col = np.empty(world, dtype=np.int64)
     same_meta = all(d == dt[0] for d in dt) and all(g == gs[0] for g in gs)
-    if n and not ((sharded.all(0) | ~sharded.any(0)).all() and same_meta):
+    if not ((sharded.all(0) | ~sharded.any(0)).all() and same_meta):
         for i, key in enumerate(plans[0].keys):
             _check_meta(key, plans, [i] * world)
     for i, key in enumerate(plans[0].keys):
@@ -170,7 +177,7 @@ def _plan_aligned(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], list[li
     return tensors, writes
 
 
-def _plan_general(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], list[list[int]]]:
+def _plan_general(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], _Writes]:
     world = len(plans)
     holders: dict[str, list[tuple[int, int]]] = {}
     for p in plans:
@@ -178,7 +185,7 @@ def _plan_general(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], list[li
             holders.setdefault(k, []).append((p.rank, i))
     bal = _Balancer(world)
     writes: list[tuple[np.ndarray, np.ndarray]] = []
-    tensors = []
+    tensors: list[TensorPlan] = []
     for key, hs in holders.items():
         ranks = np.array([r for r, _ in hs])
         items = np.array([i for _, i in hs])

@@ -93,18 +93,18 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, 
 
 
 def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResult],
-              chunk: int, tree: Any, graph: dict | None, metadata: dict, attempt: str,
+              chunk: int, tree: Any, graph: dict | None, metadata: dict | None, attempt: str,
               world: int) -> Any:
     from ..engine.writer import info
 
     files: list[FileEntry] = []
     base = []
-    for r in results:
+    for wr in results:
         base.append(len(files))
-        files.extend(r.files)
+        files.extend(wr.files)
     crc_starts = []
-    for r in results:
-        counts = -(-r.nbytes // chunk) if r.nbytes is not None else np.zeros(0, np.int64)
+    for wr in results:
+        counts = -(-wr.nbytes // chunk) if wr.nbytes is not None else np.zeros(0, np.int64)
         starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=starts[1:])
         crc_starts.append(starts)
@@ -120,6 +120,9 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
         for b in range(len(t.rank)):
             r, item = int(t.rank[b]), int(t.item[b])
             res = results[r]
+            # a worker that wrote items (and did not fail) reports all its columns
+            assert res.nbytes is not None and res.file is not None
+            assert res.offset is not None and res.crcs is not None
             p = int(np.searchsorted(gp.writes[r], item))
             n = int(res.nbytes[p])
             col_file.append(int(res.file[p]) + base[r] if n else 0)
@@ -129,6 +132,7 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
             if t.box_offsets is None:
                 boxes.append(None)
             else:
+                assert t.box_shapes is not None  # box_offsets and box_shapes are None together
                 any_box = True
                 boxes.append([t.box_offsets[b].tolist(), t.box_shapes[b].tolist()])
     crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
@@ -162,6 +166,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     tplans: list[TensorPlan] = []
     gp = None
     if rank == 0:                                                           # step 3
+        assert plans is not None  # gathered on rank 0
         gp, tplans = plan_global(plans, naming.new_attempt_id())
     gp = comm.broadcast(gp)
     if gp.error:
@@ -179,6 +184,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     results = comm.gather(result)                                           # step 5
     outcome: tuple[str, str | None] = ("ok", None)
     if rank == 0:                                                           # step 6
+        assert results is not None  # gathered on rank 0
         failed = [r for r in results if r.error]
         if failed:
             outcome = ("error", "\n".join(f"rank {r.rank}: {r.error}" for r in failed))

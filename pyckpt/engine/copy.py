@@ -48,7 +48,7 @@ def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, i
         else:
             out.append([start, end, [(key, j, lo, hi)]])
     size = m.files[f].size
-    tiled = []
+    tiled: list[tuple[int, int, list[tuple[str, int, int, int]]]] = []
     for k, (start, end, ps) in enumerate(out):  # cover the padding between windows too
         begin = 0 if k == 0 else tiled[-1][1]
         stop = size if k + 1 == len(out) else out[k + 1][0]

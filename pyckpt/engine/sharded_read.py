@@ -49,15 +49,15 @@ class BlockIndex:
         """Positions (into self.blocks) of stored blocks overlapping box [lo, lo+shape)."""
         if not len(self.shape):
             return np.arange(len(self.blocks))
-        lo = np.asarray(lo, dtype=np.int64)
-        hi = lo + np.asarray(shape, dtype=np.int64)
-        if (hi <= lo).any():
+        lo_a = np.asarray(lo, dtype=np.int64)
+        hi = lo_a + np.asarray(shape, dtype=np.int64)
+        if (hi <= lo_a).any():
             return np.zeros(0, dtype=np.int64)
-        first = int(np.searchsorted(self.max_end, lo[0], side="right"))
+        first = int(np.searchsorted(self.max_end, lo_a[0], side="right"))
         last = int(np.searchsorted(self.starts, hi[0], side="left"))
         cand = self.order[first:last]
         o, s = self.offs[cand], self.shps[cand]
-        hit = ((o < hi) & (o + s > lo)).all(axis=1) & (s > 0).all(axis=1)
+        hit = ((o < hi) & (o + s > lo_a)).all(axis=1) & (s > 0).all(axis=1)
         return cand[hit]
 
 

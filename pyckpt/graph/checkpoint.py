@@ -9,7 +9,7 @@ import numpy as np
 
 from ..variables import Variable
 from .keys import VALUE_SUFFIX
-from .object_graph import MISSING, traverse, value_array
+from .object_graph import MISSING, traverse
 from .restore import LoadStatus, RestoreSession
 from .snapshot import Snapshot, take_snapshot
 from .trackable import Trackable
@@ -85,7 +85,7 @@ class Checkpoint(Trackable):
 
         live = traverse(self)
         keys = live.value_keys()
-        arrays = [value_array(live.objects[n]) for n in live.values]
+        arrays = [live.array_of(n) for n in live.values]
         store, p = resolve(path, storage_options)
         comm = resolve_comm(comm)
         with _progress.reporting(progress, sum(a.nbytes for a in arrays)):

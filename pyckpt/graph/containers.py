@@ -9,7 +9,8 @@ through another reference to the original list.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import operator
+from typing import Any, Iterable, SupportsIndex
 
 from . import deferred
 
@@ -40,13 +41,16 @@ class TrackedList(list):
         for v in values:
             self.append(v)
 
-    def insert(self, index: int, value: Any) -> None:
+    def insert(self, index: SupportsIndex, value: Any) -> None:
         super().insert(index, wrap(value))
         n = len(self)
-        i = index if index >= 0 else max(0, n - 1 + index)
+        k = operator.index(index)
+        i = k if k >= 0 else max(0, n - 1 + k)
         self._added(min(i, n - 1))
 
-    def __iadd__(self, values: Iterable[Any]) -> "TrackedList":  # type: ignore[override]
+    # list.__iadd__ takes any iterable while list.__add__ takes only lists; typeshed's
+    # builtins.pyi silences the same [misc] check on list.__iadd__ itself
+    def __iadd__(self, values: Iterable[Any]) -> "TrackedList":  # type: ignore[misc]
         self.extend(values)
         return self
 
@@ -59,7 +63,7 @@ class TrackedList(list):
         super().__setitem__(index, wrap(value))
         self._added(index if index >= 0 else len(self) + index)
 
-    def copy(self) -> list:  # type: ignore[override]
+    def copy(self) -> list:
         return list(self)
 
     def __repr__(self) -> str:
@@ -79,7 +83,7 @@ class TrackedDict(dict):
         super().__setitem__(key, value)
         deferred.apply(self, str(key), value)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         for k, v in dict(*args, **kwargs).items():
             self[k] = v
 
@@ -88,7 +92,7 @@ class TrackedDict(dict):
             self[key] = default
         return self[key]
 
-    def copy(self) -> dict:  # type: ignore[override]
+    def copy(self) -> dict:
         return dict(self)
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ synthesized from the keys of a flat checkpoint, or a Snapshot's graph).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeAlias
 
 import numpy as np
 
@@ -30,8 +30,10 @@ MISSING: Any = _Missing()
 # Adapters (torch modules, optimizers...) register functions returning a
 # Trackable-like proxy (with _pyckpt_children/_pyckpt_get_child) or None.
 _ADAPTERS: list[Callable[[Any], Any]] = []
-# ... and value adapters returning the object's ndarray view, or None.
-_VALUE_ADAPTERS: list[Callable[[Any], "np.ndarray | None"]] = []
+# ... and value adapters returning the object's ndarray view, or (array, finish) when
+# the array is a host copy that finish() copies back, or None.
+ValueView: TypeAlias = "np.ndarray | tuple[np.ndarray, Callable[[], None] | None]"
+_VALUE_ADAPTERS: list[Callable[[Any], "ValueView | None"]] = []
 
 
 def register_adapter(fn: Callable[[Any], Any]) -> None:
@@ -39,7 +41,7 @@ def register_adapter(fn: Callable[[Any], Any]) -> None:
         _ADAPTERS.append(fn)
 
 
-def register_value_adapter(fn: Callable[[Any], "np.ndarray | None"]) -> None:
+def register_value_adapter(fn: Callable[[Any], "ValueView | None"]) -> None:
     if fn not in _VALUE_ADAPTERS:
         _VALUE_ADAPTERS.append(fn)
 
@@ -157,6 +159,12 @@ class LiveGraph:
 
     def value_keys(self) -> list[str]:
         return [self.prefixes[n] + VALUE_SUFFIX for n in self.values]
+
+    def array_of(self, n: int) -> np.ndarray:
+        """The array of value node n (one listed in ``values``)."""
+        arr = value_array(self.objects[n])
+        assert arr is not None, "traverse lists only nodes that hold a value"
+        return arr
 
     def to_json(self) -> dict:
         value: list[str | None] = [None] * len(self.objects)
@@ -303,8 +311,10 @@ class StoredGraph:
         out[0] = []
         queue = [0]
         for node in queue:
+            base = out[node]
+            assert base is not None  # a node is queued only once its path is set
             for name, child in self.edges[node]:
                 if out[child] is None:
-                    out[child] = out[node] + [name]  # type: ignore[operator]
+                    out[child] = base + [name]
                     queue.append(child)
         return out

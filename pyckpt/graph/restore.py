@@ -70,7 +70,9 @@ class RestoreSession:
 
     def _restore_unit(self, unit: Any, obj: Any, node: int) -> None:
         g = self.graph
-        nodes, values = [], {}
+        nodes: list[tuple[int, str, dict[str, Any]]] = []
+        keys: list[str] = []
+        values: dict[str, Any] = {}
         stack = [(node, values)]
         seen = {node}
         while stack:
@@ -79,12 +81,13 @@ class RestoreSession:
                 if c in seen:
                     continue
                 seen.add(c)
-                if g.value[c] is not None and g.value[c] not in self.exclude_keys:
+                key = g.value[c]
+                if key is not None and key not in self.exclude_keys:
                     nodes.append((c, edge, out))
+                    keys.append(key)
                 elif g.edges[c]:
                     out[edge] = {}
                     stack.append((c, out[edge]))
-        keys = [g.value[c] for c, _, _ in nodes]
         arrays = []
         for k in keys:
             shape, dtype = self.source.shape_dtype(k)
@@ -121,7 +124,10 @@ class RestoreSession:
         keys, dsts, problems, finish = [], [], [], []
         for n, obj in assign:
             key = self.graph.value[n]
-            dst, after = value_target(obj)
+            target = value_target(obj)
+            # restore_subtree queues only value nodes matched with objects holding a value
+            assert key is not None and target is not None
+            dst, after = target
             if after is not None:
                 finish.append(after)
             shape, dtype = self.source.shape_dtype(key)
@@ -232,7 +238,8 @@ class LoadStatus:
         """At least one value other than the save counter was restored."""
         s = self._need()
         restored = [s.graph.value[n] for n in s.consumed]
-        if not [k for k in restored if not k.startswith("save_counter/")]:
+        # (every consumed node holds a value: k is never None)
+        if not [k for k in restored if k is not None and not k.startswith("save_counter/")]:
             raise AssertionError("nothing besides the save counter was restored: the checkpoint "
                                  "and the objects share no structure")
         return self

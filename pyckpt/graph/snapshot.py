@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
-from .object_graph import StoredGraph, traverse, value_array
+from .object_graph import StoredGraph, traverse
 from .trackable import Trackable
 
 
@@ -48,7 +48,7 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0) -> 
     reused instead of allocating new ones."""
     live = traverse(root)
     keys = live.value_keys()
-    srcs = [value_array(live.objects[n]) for n in live.values]
+    srcs = [live.array_of(n) for n in live.values]
     reuse = into.arrays if into is not None else {}
     dsts = []
     for key, src in zip(keys, srcs):
@@ -75,7 +75,7 @@ def _sources(x: Any) -> dict[str, np.ndarray]:
         return dict(x.arrays)
     if isinstance(x, Trackable):
         live = traverse(x)
-        return {k: value_array(live.objects[n]) for k, n in zip(live.value_keys(), live.values)}
+        return {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
     from ..tree import flatten
 
     leaves, _ = flatten(x)
@@ -86,7 +86,7 @@ def _targets(x: Any) -> dict[str, tuple[np.ndarray | None, Any]]:
     """key -> (array filled in place, or None and a setter for an immutable leaf)."""
     if isinstance(x, Trackable):
         live = traverse(x)
-        return {k: (value_array(live.objects[n]), None)
+        return {k: (live.array_of(n), None)
                 for k, n in zip(live.value_keys(), live.values)}  # CPU values (views)
     if isinstance(x, Snapshot):
         raise TypeError("copy_state cannot write into a Snapshot; restore it instead")

@@ -52,8 +52,8 @@ class SafetensorsFile:
                                          f"for a file of {size} bytes")
         try:
             header = json.loads(store.read_ranges(path, [(8, 8 + n)])[0])
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptCheckpointError(f"{url}, bytes [8, {8 + n}): bad JSON header: {e}") from None
+        except (ValueError, UnicodeDecodeError) as err:
+            raise CorruptCheckpointError(f"{url}, bytes [8, {8 + n}): bad JSON header: {err}") from None
         if not isinstance(header, dict):
             raise CorruptCheckpointError(f"{url}: the header is not a JSON object")
         meta = header.pop("__metadata__", None) or {}
@@ -138,6 +138,7 @@ def _fill(st: SafetensorsFile, into: Any, mapping: dict[str, str]) -> Any:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
     values = st.read(source[t.key] for t in targets)
     for t in targets:
+        assert t.array is not None  # a target without an array is reported as a problem above
         np.copyto(t.array, values[source[t.key]])
     return into
 

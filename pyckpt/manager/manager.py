@@ -104,7 +104,7 @@ class CheckpointManager:
         state.active = [e for e in state.active if e.name in committed]
         state.preserved = [e for e in state.preserved if e.name in committed]
         known = {e.name for e in state.active} | {e.name for e in state.preserved} | set(state.deleting)
-        for name in sorted((n for n in committed if n not in known), key=committed.get):
+        for name in sorted((n for n in committed if n not in known), key=lambda n: committed[n]):
             # committed but not recorded: the process died between commit and state update
             mtime = self._store.mtime(self._store.join(self._dir, name, INDEX_NAME))
             state.active.append(Entry(name, committed[name], mtime or self._clock()))
@@ -176,7 +176,8 @@ class CheckpointManager:
 
         comm = resolve_comm(self._comm)
         multi = comm is not None and comm.world_size > 1
-        lead = not multi or comm.rank == 0  # the coordinator keeps the state and retention
+        # the coordinator keeps the state and retention
+        lead = not multi or (comm is not None and comm.rank == 0)
         if lead:
             self._store.makedirs(self._dir)
             self._lease.refresh()
@@ -212,10 +213,10 @@ class CheckpointManager:
         """Copies the state aside (returning once it may change again) and returns
         the work that writes and commits it."""
         from ..engine.writer import StagedSave, save_tensors
-        from ..graph.object_graph import traverse, value_array
+        from ..graph.object_graph import traverse
 
         live = traverse(self._checkpoint)
-        srcs = [value_array(live.objects[n]) for n in live.values]
+        srcs = [live.array_of(n) for n in live.values]
         native = all(a.dtype.byteorder in "=<|" for a in srcs)
         if self._store.local and native:
             keys = live.value_keys()
@@ -230,10 +231,10 @@ class CheckpointManager:
     def _async_fits(self) -> bool:
         if self._max_async_bytes is None:
             return True
-        from ..graph.object_graph import traverse, value_array
+        from ..graph.object_graph import traverse
 
         live = traverse(self._checkpoint)
-        total = sum(value_array(live.objects[n]).nbytes for n in live.values)
+        total = sum(live.array_of(n).nbytes for n in live.values)
         return total <= self._max_async_bytes
 
     def _record_collectively(self, comm: Any, name: str, number: int, metrics: dict | None) -> None:

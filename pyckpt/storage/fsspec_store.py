@@ -5,6 +5,7 @@ its size confirmed (docs/PROTOCOL.md, "Object stores")."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Iterable, Sequence
 
@@ -181,7 +182,8 @@ class FsspecStore(Store):
     def delete(self, paths: Iterable[str]) -> None:
         for p in list(paths):
             try:
-                retry_sync(f"delete of {self.url(p)}", self.opts, lambda p=p: self._call("rm_file", p))
+                retry_sync(f"delete of {self.url(p)}", self.opts,
+                           functools.partial(self._call, "rm_file", p))
             except FileNotFoundError:
                 pass
             self._fresh(p)

@@ -157,7 +157,7 @@ class FaultyFileSystem(ChainedFileSystem):
         self.faults.request("read", f"open {path}")
         return self.target.open(path, mode, **kw)
 
-    def open(self, path: str, mode: str = "rb", **kw: Any) -> Any:  # type: ignore[override]
+    def open(self, path: str, mode: str = "rb", **kw: Any) -> Any:
         return self._open(path, mode, **kw)
 
     # -- writes -------------------------------------------------------------------

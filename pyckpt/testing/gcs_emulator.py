@@ -14,7 +14,7 @@ from http import server
 
 import gcp_storage_emulator.server as emulator
 
-emulator.server.HTTPServer = server.ThreadingHTTPServer  # type: ignore[attr-defined]
+emulator.server.HTTPServer = server.ThreadingHTTPServer
 
 from gcp_storage_emulator.__main__ import main  # noqa: E402
 
