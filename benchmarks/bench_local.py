@@ -37,7 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from harness import (GB, GiB, MiB, Column, PeakMemory, Results, import_pyckpt, machine_info,
+from harness import (
+    make_workdir, GB, GiB, MiB, Column, PeakMemory, Results, import_pyckpt, machine_info,
                      name_column, optional_import, print_machine, print_pairs, print_table,
                      rotated, run_contender, run_threads, split_balanced, summarize,
                      throughput_columns, timed, touch_ballast, version_of, write_json)
@@ -589,10 +590,7 @@ def select_formats() -> list[Format]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    own_dir = args.dir is None
-    base = Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir="/tmp") if own_dir else args.dir)
-    base.mkdir(parents=True, exist_ok=True)
-    workdir = base if own_dir else Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir=base))
+    workdir = make_workdir(args.dir)
 
     meta = machine_info(str(workdir), library_versions())
     print_machine(meta)

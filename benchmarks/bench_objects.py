@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (GiB, MiB, Column, Group, Results, Step, import_pyckpt, machine_info,
+from harness import (
+    make_workdir, GiB, MiB, Column, Group, Results, Step, import_pyckpt, machine_info,
                      name_column, print_machine, print_pairs, print_table, run_interleaved,
                      run_threads, split_balanced, summarize, throughput_columns, usable_cpus,
                      version_of, write_json)
@@ -318,10 +319,7 @@ def main(argv=None) -> int:
     if pyckpt is None:
         print("pyckpt is not importable: nothing to benchmark", file=sys.stderr)
         return 1
-    own_dir = args.dir is None
-    base = Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir="/tmp") if own_dir else args.dir)
-    base.mkdir(parents=True, exist_ok=True)
-    workdir = base if own_dir else Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir=base))
+    workdir = make_workdir(args.dir)
 
     meta = machine_info(str(workdir), {"pyckpt": version_of(pyckpt)})
     meta["machine"]["pyckpt_default_threads"] = pyckpt._core.default_threads()

@@ -98,6 +98,17 @@ def machine_info(bench_dir: str, versions: dict[str, str | None]) -> dict:
             "versions": {"python": platform.python_version(), "numpy": np.__version__, **versions}}
 
 
+def make_workdir(dir_arg: str | None) -> Path:
+    """A fresh working directory: a temp dir under /tmp, or a new one inside --dir."""
+    import tempfile
+
+    if dir_arg is None:
+        return Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir="/tmp"))
+    base = Path(dir_arg)
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir=base))
+
+
 def print_machine(meta: dict) -> None:
     m, v = meta["machine"], meta["versions"]
     print(f"machine : {m['cpu_model']}, nproc={m['nproc']} (usable {m['usable_cpus']}), "

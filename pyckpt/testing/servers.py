@@ -109,8 +109,9 @@ def seaweedfs(startup_timeout: float = 60.0) -> Iterator[dict]:
     ports = [free_port(also_free=10000) for _ in range(4)]
     master, volume, filer, s3 = ports
     log = os.path.join(data, "weed.log")
-    cmd = [weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-           "-master.telemetry=false", f"-master.port={master}", f"-volume.port={volume}",
+    # loopback only, and no telemetry (its default reports to a public URL)
+    cmd = [weed, "server", "-master.telemetry=false", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+           f"-dir={data}", f"-master.port={master}", f"-volume.port={volume}",
            "-filer", f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
            # no Iceberg / Lance catalog listeners: fixed ports, not needed here
            "-s3.port.iceberg=0", "-s3.port.lance=0",
