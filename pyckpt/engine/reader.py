@@ -166,7 +166,7 @@ class OpenCheckpoint:
         used = np.unique(p.file[p.nbytes > 0])
         self.check_files(used.tolist())
         if not self.store.local and buffers is None:
-            self.store.read_plan(self, p, used, dsts)  # type: ignore[attr-defined]
+            self.store.read_plan(self, p, used, dsts)
             return
         names = [self.file_path(int(f)) for f in used]
         bufs = [None if buffers is None else buffers[int(f)] for f in used]

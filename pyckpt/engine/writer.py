@@ -139,7 +139,7 @@ def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attemp
                                          options.chunk_size, options.threads,
                                          options.piece_size, options.sync, progress.counter())
         else:
-            crcs = store.write_shards(  # type: ignore[attr-defined]
+            crcs = store.write_shards(
                 paths, sizes, keys, arrays, file_idx, offsets, options)
     except BaseException:
         store.delete(paths)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .base import Store
 from .options import RemoteOptions
-from .remote_io import RemoteIO, ShardLayout
+from .remote_io import RemoteIO
 from .retry import retry_sync
 
 _CACHE: dict[Any, "FsspecStore"] = {}
@@ -209,29 +209,16 @@ class FsspecStore(Store):
     def write_shards(self, paths: list[str], sizes: Sequence[int], keys: list[str],
                      arrays: list[np.ndarray], file_idx: np.ndarray, offsets: np.ndarray,
                      options: Any) -> np.ndarray:
-        """Checksums (C++, parallel) then uploads every shard file; confirms sizes."""
+        """Checksums (C++, parallel) then uploads every shard file in parallel parts;
+        confirms sizes."""
         from .. import _core
+        from .base import shard_layouts
 
         crcs, _ = _core.compute_checksums(keys, arrays, options.chunk_size, options.threads)
-        fi, off = file_idx.tolist(), offsets.tolist()
-        per_file: list[tuple[list, list]] = [([], []) for _ in paths]
-        for i, a in enumerate(arrays):
-            if a.nbytes:
-                per_file[fi[i]][0].append(a)
-                per_file[fi[i]][1].append(off[i])
-        layouts = [(p, ShardLayout(arrs, offs, int(sz)))
-                   for p, (arrs, offs), sz in zip(paths, per_file, sizes)]
+        layouts = shard_layouts(paths, sizes, arrays, file_idx, offsets)
         self.io.upload(layouts)
-        for p, lay in layouts:  # acknowledged is not enough: confirm what the store holds
-            got = self.size(p)
-            if got != lay.size:
-                from ..errors import CheckpointIOError
-
-                raise CheckpointIOError(5, f"upload of {self.url(p)} is incomplete: the store "
-                                           f"holds {got} of {lay.size} bytes")
+        self.confirm_sizes({p: lay.size for p, lay in layouts})
         return crcs
 
-    def read_plan(self, ck: Any, plan: Any, used: np.ndarray, dsts: Sequence[Any]) -> None:
-        from .remote_read import read_plan
-
-        read_plan(self, ck, plan, dsts)
+    def fetch(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
+        return self.io.fetch(ranges)

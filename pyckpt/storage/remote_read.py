@@ -77,8 +77,7 @@ def _batches(reqs: list, limit: int) -> list[list]:
     return out
 
 
-def read_plan(store: Any, ck: Any, plan: Any, dsts: Sequence[Any]) -> None:
-    opts = store.opts
+def read_plan(store: Any, ck: Any, plan: Any, dsts: Sequence[Any], opts: Any) -> None:
     chunk = ck.manifest.chunk_size
     request_max = min(opts.read_request_max, opts.read_batch_bytes // opts.max_concurrency)
     piece_max = max(chunk, request_max // chunk * chunk)
@@ -89,7 +88,7 @@ def read_plan(store: Any, ck: Any, plan: Any, dsts: Sequence[Any]) -> None:
     paths = {f: ck.file_path(f) for f in {r[0] for r in reqs}}
 
     def fetch(batch: list) -> list[bytes]:
-        return store.io.fetch([(paths[f], s, e) for f, s, e, _ in batch])
+        return store.fetch([(paths[f], s, e) for f, s, e, _ in batch])
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyckpt-prefetch") as pool:
         pending = pool.submit(fetch, batches[0]) if batches else None

@@ -1,6 +1,7 @@
 """Conformance tests every pyckpt storage backend passes.
 
-A backend's test module subclasses :class:`StoreSuite` and provides a
+A backend's test module subclasses :class:`StoreSuite` (or
+:class:`ResolvableStoreSuite` when the store is reached by URL) and provides a
 ``store_root`` fixture returning ``(store, root)``: a Store and an empty
 directory-like prefix in it that the tests may fill::
 
@@ -55,6 +56,11 @@ class StoreSuite:
         store.rmtree(store.join(root, "t"))
         assert store.listdir(store.join(root, "t")) == []
         store.rmtree(store.join(root, "never-existed"))
+
+
+class ResolvableStoreSuite(StoreSuite):
+    """StoreSuite plus URL round trips, for stores reached through ``resolve()``
+    (local paths and fsspec URLs)."""
 
     def test_url_round_trips_through_resolve(self, store_root):
         from pyckpt.storage import resolve

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from pyckpt.storage import resolve
-from pyckpt.testing.store_suite import StoreSuite
+from pyckpt.testing.store_suite import ResolvableStoreSuite as StoreSuite
 
 
 class TestLocalStore(StoreSuite):
