@@ -18,6 +18,14 @@ SAVE_COUNTER = "save_counter"
 SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX
 
 
+def graph_child(graph: Any, node: int, name: str) -> int | None:
+    """The stored node reached from ``node`` by the edge ``name``, if any."""
+    for edge, child in graph.edges[node]:
+        if edge == name:
+            return int(child)
+    return None
+
+
 class Checkpoint(Trackable):
     """Groups trackable objects under named edges and saves/restores them.
 
@@ -110,9 +118,14 @@ class Checkpoint(Trackable):
 
         return CheckpointSource(open_checkpoint(save_path, storage_options))
 
-    def restore(self, save_path: Any, *, storage_options: dict | None = None) -> LoadStatus:
+    def restore(self, save_path: Any, *, storage_options: dict | None = None,
+                prefix_map: dict[str, str] | None = None) -> LoadStatus:
         """Restores every matching value (and the save counter); values whose objects
-        do not exist yet are restored when they are created. ``None`` restores nothing."""
+        do not exist yet are restored when they are created. ``None`` restores nothing.
+
+        ``prefix_map`` ({checkpoint key prefix: object key prefix}, as suggested by
+        ``restore_plan``) restores only those subtrees, each into the object at the
+        other path: e.g. ``{"model/": "net/encoder/"}``."""
         if save_path is None:
             return LoadStatus(None, "restore(None): no checkpoint was given, nothing restored")
         source = self._source(save_path, storage_options)
@@ -121,10 +134,37 @@ class Checkpoint(Trackable):
         # reported as an unmatched object (use read() to leave it alone entirely).
         has_counter = SAVE_COUNTER_KEY in source.graph.value
         session = RestoreSession(source, self, exclude_objects=() if has_counter else (counter,))
-        session.restore_subtree(self, 0)
+        self._run(session, prefix_map)
         return LoadStatus(session)
 
-    def read(self, save_path: Any, *, storage_options: dict | None = None) -> LoadStatus:
+    def _run(self, session: RestoreSession, prefix_map: dict[str, str] | None) -> None:
+        if not prefix_map:
+            session.restore_subtree(self, 0)
+            return
+        from .keys import unescape
+        from .object_graph import get_child
+
+        graph = session.graph
+        counter = graph_child(graph, 0, SAVE_COUNTER)
+        if counter is not None and SAVE_COUNTER_KEY not in session.exclude_keys:
+            live = self.__dict__.get("_save_counter")
+            if live is not None and id(live) not in session.exclude_objects:
+                session.restore_subtree(live, counter)
+        for src, dst in prefix_map.items():
+            node: int | None = 0
+            for part in (p for p in src.split("/") if p):
+                node = graph_child(graph, node, unescape(part)) if node is not None else None
+            if node is None:
+                raise KeyError(f"prefix_map: no {src!r} in the checkpoint's object graph")
+            obj: Any = self
+            for part in (p for p in dst.split("/") if p):
+                obj = get_child(obj, unescape(part))
+                if obj is MISSING:
+                    raise KeyError(f"prefix_map: no object at {dst!r}")
+            session.restore_subtree(obj, node)
+
+    def read(self, save_path: Any, *, storage_options: dict | None = None,
+             prefix_map: dict[str, str] | None = None) -> LoadStatus:
         """Like restore, but neither creates nor restores ``save_counter``."""
         if save_path is None:
             return LoadStatus(None, "read(None): no checkpoint was given, nothing restored")
@@ -133,7 +173,7 @@ class Checkpoint(Trackable):
         session = RestoreSession(source, self,
                                  exclude_objects=(counter,) if counter is not None else (),
                                  exclude_keys=(SAVE_COUNTER_KEY,))
-        session.restore_subtree(self, 0)
+        self._run(session, prefix_map)
         return LoadStatus(session)
 
     def restore_plan(self, save_path: Any, *, storage_options: dict | None = None) -> Any:

@@ -45,3 +45,21 @@ def test_plan_ok_when_everything_matches(tmp_path):
     path = pyckpt.Checkpoint(model=_model()).write(tmp_path / "c")
     plan = pyckpt.Checkpoint(model=_model()).restore_plan(path)
     assert plan.ok and len(plan.restore) == 2 and plan.suggested_prefix_map is None
+
+
+def test_suggested_prefix_map_can_be_applied(tmp_path):
+    src = pyckpt.Checkpoint(model=_model())
+    path = src.save(tmp_path / "c")
+    target = pyckpt.Checkpoint(net=pyckpt.Checkpoint(encoder=pyckpt.Module()))
+    target.net.encoder.w = pyckpt.Variable(np.zeros((2, 3)))
+    plan = target.restore_plan(path)
+    status = target.restore(path, prefix_map=plan.suggested_prefix_map)
+    np.testing.assert_array_equal(target.net.encoder.w.numpy(), src.model.w.numpy())
+    target.net.encoder.b = pyckpt.Variable(np.zeros(3))  # deferred under the mapped subtree
+    np.testing.assert_array_equal(target.net.encoder.b.numpy(), np.ones(3))
+    status.assert_consumed()
+    assert int(target.save_counter) == 1
+    import pytest
+
+    with pytest.raises(KeyError, match="no object"):
+        target.restore(path, prefix_map={"model/": "nowhere/"})
