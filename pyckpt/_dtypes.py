@@ -79,7 +79,10 @@ def dtype_from_name(name: str) -> np.dtype:
         return np.dtype(name).newbyteorder("<")
     m = _FIXED.match(name)
     if m:
-        return np.dtype("<" + name) if name[0] in "UMm" else np.dtype(name)
+        try:
+            return np.dtype("<" + name) if name[0] in "UMm" else np.dtype(name)
+        except (TypeError, ValueError):  # numpy rejects the unit ("M8[zz]") or the size
+            raise ValueError(f"unknown dtype {name!r}") from None
     ml = _ml_dtype_names().get(name)
     if ml is not None:
         return ml
@@ -94,3 +97,60 @@ def little_endian(arr: np.ndarray) -> np.ndarray:
     if bo == ">" or (bo == "=" and np.little_endian is False):
         return arr.astype(arr.dtype.newbyteorder("<"))
     return arr
+
+
+# ---------------------------------------------------------------------------
+# Byte order of targets (one home for the comparison, docs/FORMAT.md "Dtypes")
+# ---------------------------------------------------------------------------
+
+def _native(dtype: np.dtype) -> np.dtype:
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def same_dtype(a: np.dtype, b: np.dtype) -> bool:
+    """Whether a and b hold the same values the same way, byte order aside
+    (``>f8`` and ``<f8`` match, ``f4`` and ``f8`` do not)."""
+    a, b = np.dtype(a), np.dtype(b)
+    return a == b or _native(a) == _native(b)
+
+
+def _order(dtype: np.dtype) -> str:
+    """'little-endian', 'big-endian', or '' where byte order does not apply."""
+    bo = dtype.byteorder
+    if bo == "|" or (dtype.itemsize <= 1 and dtype.kind != "U"):
+        return ""
+    if bo == "=":
+        return "little-endian" if np.little_endian else "big-endian"
+    return "little-endian" if bo == "<" else "big-endian"
+
+
+def describe_dtypes(a: np.dtype, b: np.dtype) -> tuple[str, str]:
+    """The names of two dtypes for a message, with their byte order where it differs."""
+    a, b = np.dtype(a), np.dtype(b)
+    oa, ob = _order(a), _order(b)
+    if oa and ob and oa != ob:
+        return f"{a.name} ({oa})", f"{b.name} ({ob})"
+    return a.name, b.name
+
+
+def source_order_view(dst: np.ndarray, src_dtype: np.dtype) -> tuple[np.ndarray, bool]:
+    """(view, swap): a view of dst's memory typed exactly ``src_dtype``, to be filled
+    with the source's bytes, and whether dst must then be byteswapped in place
+    (``finish_byte_order``) to hold the same values in its own byte order.
+
+    Readers copy raw bytes, so a target whose byte order differs from the
+    source's is filled through this view. Needs ``same_dtype(dst.dtype, src_dtype)``.
+    """
+    src_dtype = np.dtype(src_dtype)
+    if dst.dtype == src_dtype or _order(dst.dtype) == _order(src_dtype):
+        return dst, False
+    return dst.view(src_dtype), True
+
+
+def finish_byte_order(arrays: list[np.ndarray]) -> None:
+    """Byteswaps in place the targets ``source_order_view`` said need it (each once)."""
+    done: set[int] = set()
+    for a in arrays:
+        if id(a) not in done:
+            done.add(id(a))
+            a.byteswap(inplace=True)

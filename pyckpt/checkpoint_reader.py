@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .engine.reader import OpenCheckpoint, find_latest, open_checkpoint
-from .manager.state import read_checkpoint_name
+from .engine.reader import OpenCheckpoint, open_checkpoint
+from .format import run
 from .storage import resolve
 
 __all__ = ["CheckpointReader", "load_checkpoint", "list_variables", "load_variable",
@@ -49,11 +49,11 @@ class CheckpointReader:
 
     def get_variable_to_shape_map(self) -> dict[str, tuple[int, ...]]:
         m = self._ck.manifest
-        return {k: m.shapes[i] for k, i in sorted(m.index.items())}
+        return dict(sorted(zip(m.keys, m.shapes)))  # keys are unique: shapes never compared
 
     def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
         m = self._ck.manifest
-        return {k: m.dtype(i) for k, i in sorted(m.index.items())}
+        return {m.keys[i]: m.dtype(i) for i in _sorted_order(m.keys)}
 
     def get_tensor(self, key: str) -> np.ndarray:
         from .flat import read_values
@@ -62,7 +62,7 @@ class CheckpointReader:
 
     def nbytes(self) -> int:
         m = self._ck.manifest
-        return sum(math.prod(m.shapes[i]) * m.dtype(i).itemsize for i in range(len(m.keys)))
+        return sum(math.prod(s) * m.dtype(i).itemsize for i, s in enumerate(m.shapes))
 
     def verify(self) -> None:
         """Reads every stored byte and checks every checksum; raises
@@ -79,45 +79,25 @@ def load_checkpoint(path: Any, *, storage_options: dict | None = None) -> Checkp
 
 def list_variables(path: Any, *, storage_options: dict | None = None) -> list[tuple[str, tuple[int, ...]]]:
     m = open_checkpoint(path, storage_options).manifest
-    return [(k, m.shapes[i]) for k, i in sorted(m.index.items())]
+    return sorted(zip(m.keys, m.shapes))  # keys are unique: shapes are never compared
 
 
 def load_variable(path: Any, key: str, *, storage_options: dict | None = None) -> np.ndarray:
     return load_checkpoint(path, storage_options=storage_options).get_tensor(key)
 
 
-def latest_checkpoint(directory: Any, *, storage_options: dict | None = None) -> str | None:
-    """The committed ``<name>-<N>`` in directory with the highest N, or None.
+def _sorted_order(keys: list[str]) -> list[int]:
+    return sorted(range(len(keys)), key=keys.__getitem__)
 
-    ``<name>`` comes from the manager's state file in the directory, else it is
-    ``ckpt``; when neither names a committed checkpoint and there is no state
-    file, any ``<prefix>-<N>`` checkpoint counts (``Checkpoint.save`` prefixes).
+
+def latest_checkpoint(directory: Any, *, storage_options: dict | None = None) -> str | None:
+    """The latest committed checkpoint in directory, or None.
+
+    In a manager's directory it is the checkpoint saved last, as the state file
+    records it (TensorFlow's rule; ``CheckpointManager.latest_checkpoint`` agrees).
+    Elsewhere it is the committed ``ckpt-<N>`` with the highest N, else the
+    committed ``<prefix>-<N>`` of any prefix (``Checkpoint.save`` prefixes).
     """
     store, d = resolve(directory, storage_options)
-    name = read_checkpoint_name(store, d)
-    found = find_latest(store, d, name or "ckpt")
-    if found is None and name is None:
-        found = _latest_any_prefix(store, d)
-    if found is None:
-        return None
-    return store.url(found)
-
-
-def _latest_any_prefix(store: Any, d: str) -> str | None:
-    from .engine import naming
-    from .format import INDEX_NAME
-
-    best: tuple[int, float, str] | None = None
-    for entry in store.listdir(d):
-        head, sep, tail = entry.rpartition("-")
-        if not sep or not head or not tail.isdigit():
-            continue
-        step = naming.parse_step(entry, head)
-        path = store.join(d, entry)
-        index = store.join(path, INDEX_NAME)
-        if step is None or not store.exists(index):
-            continue
-        key = (step, store.mtime(index) or 0.0, path)
-        if best is None or key[:2] > best[:2]:
-            best = key
-    return best[2] if best else None
+    found = run.latest(store, d)
+    return None if found is None else store.url(found)

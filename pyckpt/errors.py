@@ -35,7 +35,27 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class CheckpointIOError(CheckpointError, OSError):
-    """The storage refused an operation (disk full, permission, network...)."""
+    """The storage refused an operation (disk full, permission, network...).
+
+    ``errno`` is the OS error number where there is one; an error raised for an
+    ``OSError`` has that error as its ``__cause__`` (see :func:`io_error`).
+    """
+
+
+def io_error(err: OSError, what: str) -> CheckpointIOError:
+    """The CheckpointIOError for an OSError of the storage, to raise ``from err``.
+
+    ``what`` says what failed on which file ("cannot write '/run/ckpt-3/pyckpt.index'");
+    the errno is kept, and the OS's own file name is added when it names another
+    file (a temporary one, say)."""
+    reason = err.strerror or str(err) or type(err).__name__
+    msg = f"{what}: {reason}"
+    for name in (err.filename, err.filename2):
+        if name is not None and str(name) not in what:
+            msg += f" ({name!s})"
+    if err.errno is None:
+        return CheckpointIOError(msg)
+    return CheckpointIOError(err.errno, msg)
 
 
 class CheckpointKeyError(CheckpointError, KeyError):

@@ -11,10 +11,12 @@ from typing import Any, Callable, TypeAlias
 
 import numpy as np
 
+from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from .engine.reader import OpenCheckpoint
 from .flat import read_values
 from .errors import CheckpointKeyError
 from .tree import _join, as_array_leaf, rebuild_leaf
+from .sharded import ShardedArray
 from .variables import Variable
 
 # Adapters register converters for foreign in-place targets (torch tensors):
@@ -107,28 +109,41 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
     m = ck.manifest
     plain_idx, plain_dsts, fresh = [], [], []
     sharded_jobs = []
+    swap: list[np.ndarray] = []  # targets in the other byte order, swapped once filled
     for t in targets:
         i = ck.index_of(source[t.key])
         shape, dtype = m.shapes[i], m.dtype(i)
         if t.sharded is not None:
+            block = t.sharded
+            if same_dtype(block.local.dtype, dtype) and block.local.dtype != dtype:
+                view, swapped = source_order_view(block.local, dtype)
+                block = ShardedArray(view, block.global_shape, block.offsets)
+                if swapped:
+                    swap.append(t.sharded.local)
             problems.extend(t.sharded.check_against(shape, dtype, t.key))
-            sharded_jobs.append((i, t.sharded))
+            sharded_jobs.append((i, block))
             continue
         if t.array is None:
             if shape != ():
                 problems.append(f"{t.key!r}: checkpoint holds shape {shape}, target is a scalar")
             fresh.append((t, i))
             continue
-        if tuple(t.array.shape) != shape or t.array.dtype != dtype:
-            problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {dtype.name}, "
-                            f"target has shape {tuple(t.array.shape)} dtype {t.array.dtype.name}")
-        elif not t.array.flags.writeable:
+        if tuple(t.array.shape) != shape or not same_dtype(t.array.dtype, dtype):
+            ours, theirs = describe_dtypes(dtype, t.array.dtype)
+            problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {ours}, "
+                            f"target has shape {tuple(t.array.shape)} dtype {theirs}")
+            continue
+        if not t.array.flags.writeable:
             problems.append(f"{t.key!r}: target array is read-only")
-        elif not m.is_plain(i):
-            sharded_jobs.append((i, t.array))
+            continue
+        dst, swapped = source_order_view(t.array, dtype)
+        if swapped:
+            swap.append(t.array)
+        if not m.is_plain(i):
+            sharded_jobs.append((i, dst))
         else:
             plain_idx.append(i)
-            plain_dsts.append(t.array)
+            plain_dsts.append(dst)
     if problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
     scalars = read_values(ck, [m.keys[i] for _, i in fresh])
@@ -137,6 +152,7 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
         from .engine.sharded_read import read_into_targets
 
         read_into_targets(ck, sharded_jobs)
+    finish_byte_order(swap)
     for t, i in fresh:
         assert t.setter is not None  # a target without an array is a leaf with a setter
         t.setter(rebuild_leaf(t.kind, scalars[m.keys[i]]))
@@ -144,3 +160,4 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
         if t.after is not None:
             t.after()
     return into
+

@@ -6,6 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._dtypes import describe_dtypes, same_dtype
+
 __all__ = ["ShardedArray"]
 
 
@@ -39,10 +41,10 @@ class ShardedArray:
         return self.global_shape
 
     def check_against(self, shape: tuple[int, ...], dtype: np.dtype, key: str) -> list[str]:
-        if shape != self.global_shape or dtype != self.local.dtype:
-            return [f"{key!r}: checkpoint has shape {shape} dtype {dtype.name}, "
-                    f"target is a block of global shape {self.global_shape} "
-                    f"dtype {self.local.dtype.name}"]
+        if shape != self.global_shape or not same_dtype(dtype, self.local.dtype):
+            stored, target = describe_dtypes(dtype, self.local.dtype)
+            return [f"{key!r}: checkpoint has shape {shape} dtype {stored}, "
+                    f"target is a block of global shape {self.global_shape} dtype {target}"]
         if not self.local.flags.writeable:
             return [f"{key!r}: target block is read-only"]
         return []

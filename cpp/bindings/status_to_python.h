@@ -8,6 +8,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstring>
+
 #include "pyckpt/status.h"
 
 namespace pyckpt {
@@ -27,9 +29,14 @@ inline void RaiseIfError(const Status& s) {
     case Status::Code::kCorruption:
       exc = errors.attr("CorruptCheckpointError")(s.message());
       break;
-    case Status::Code::kIOError:
+    case Status::Code::kIOError: {
       exc = errors.attr("CheckpointIOError")(s.os_errno(), s.message());
+      // the OS error as the cause, as the Python stores do (errors.io_error)
+      py::object cause = py::reinterpret_borrow<py::object>(PyExc_OSError)(
+          s.os_errno(), std::strerror(s.os_errno()));
+      PyException_SetCause(exc.ptr(), cause.release().ptr());
       break;
+    }
     case Status::Code::kInvalidArgument:
     default:
       exc = py::reinterpret_borrow<py::object>(PyExc_ValueError)(s.message());

@@ -31,10 +31,16 @@ Status File::OpenNew(const std::string& path) {
 
 Status File::OpenRead(const std::string& path) {
   path_ = path;
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NOFOLLOW: pyckpt writes shard files as regular files only; a link in their
+  // place could make a checkpoint read bytes from outside itself (FORMAT.md 2).
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd_ < 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound("missing shard file '" + path + "'");
+    if (err == ELOOP)
+      return Status::Corruption("shard file '" + path +
+                                "' is a symbolic link; pyckpt refuses to follow links "
+                                "inside a checkpoint");
     return Errno("cannot open", path, err);
   }
   return Status::OK();

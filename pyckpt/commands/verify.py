@@ -1,4 +1,6 @@
-"""``pyckpt verify PATH``: read every byte, check every checksum (exit 1 on failure)."""
+"""``pyckpt verify PATH``: read every byte, check every checksum (exit 1 on failure).
+With ``--fix``, a checkpoint that verifies is also cleaned of orphaned data files
+(files no committed index names, left by racing or killed saves)."""
 
 from __future__ import annotations
 
@@ -6,35 +8,49 @@ import argparse
 
 from .. import progress as _progress
 from ..checkpoint_reader import load_checkpoint
+from ..engine import attempts
 from ..errors import CheckpointError
+from ..storage import resolve
 from .common import add_output_options, add_storage_options, emit_json, fail, parse_options, progress_bar
 
 
 def run(args: argparse.Namespace) -> int:
+    removed: list[str] = []
     try:
-        reader = load_checkpoint(args.path, storage_options=parse_options(args.storage_option))
+        options = parse_options(args.storage_option)
+        reader = load_checkpoint(args.path, storage_options=options)
         callback, close = progress_bar(args, "verify")
         try:
             with _progress.reporting(callback, reader.nbytes()):
                 reader.verify()
         finally:
             close()
+        if args.fix:
+            removed = attempts.sweep(*resolve(reader.path, options))
     except (CheckpointError, OSError) as e:
         if args.json:
             emit_json({"path": args.path, "ok": False, "error": str(e)})
             return 1
         return fail(f"FAILED: {e}")
     if args.json:
-        emit_json({"path": reader.path, "ok": True, "tensors": len(reader.keys()),
-                   "bytes": reader.nbytes()})
+        out = {"path": reader.path, "ok": True, "tensors": len(reader.keys()),
+               "bytes": reader.nbytes()}
+        if args.fix:
+            out["removed"] = removed
+        emit_json(out)
     else:
         print(f"OK: {reader.path}: {len(reader.keys())} tensors, every checksum matches")
+        if args.fix:
+            print(f"removed {len(removed)} orphaned file(s)" + "".join(f"\n  {n}" for n in removed))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check every checksum (exit status 1 on any failure)")
     p.add_argument("path")
+    p.add_argument("--fix", action="store_true",
+                   help="then remove orphaned data files (of racing or killed saves) that no "
+                        "committed index references")
     add_storage_options(p)
     add_output_options(p)
     p.set_defaults(fn=run)

@@ -21,6 +21,7 @@ others (WorkerTimeoutError), before anything was committed.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from typing import Any, Sequence
 
@@ -149,9 +150,9 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
 def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
                      *, tree: Any = None, graph: dict | None = None,
                      metadata: dict | None = None, options: Any = None) -> None:
-    from ..engine import naming
+    from ..engine import attempts, naming
     from ..engine.options import DEFAULT
-    from ..engine.writer import check_metadata, commit, delete_replaced, write_data
+    from ..engine.writer import check_metadata, commit, delete_replaced, remove_orphans, write_data
 
     options = options or DEFAULT
     rank, world = comm.rank, comm.world_size
@@ -168,6 +169,11 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     if rank == 0:                                                           # step 3
         assert plans is not None  # gathered on rank 0
         gp, tplans = plan_global(plans, naming.new_attempt_id())
+        if not gp.error:
+            try:  # the attempt's marker, ended by rank 0 in step 6
+                attempts.begin(store, path, gp.attempt)
+            except BaseException as e:
+                gp = dataclasses.replace(gp, error=f"cannot start the save: {type(e).__name__}: {e}")
     gp = comm.broadcast(gp)
     if gp.error:
         raise ValueError(f"distributed save of {url} refused: {gp.error}")
@@ -195,8 +201,10 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
                                      metadata, gp.attempt, world)
                 previous = commit(store, path, manifest)
                 delete_replaced(store, path, previous, manifest)
+                remove_orphans(store, path)
             except BaseException as e:
                 outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
+        attempts.end(store, path, gp.attempt)
     outcome = comm.broadcast(outcome)
     if outcome[0] != "ok":                                                  # step 7
         raise DistributedSaveError(f"distributed save of {url} failed; nothing was "

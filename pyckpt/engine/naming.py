@@ -7,7 +7,7 @@ import secrets
 
 from ..format import INDEX_NAME
 
-__all__ = ["INDEX_NAME", "new_attempt_id", "data_file_name", "is_data_file", "parse_step"]
+__all__ = ["INDEX_NAME", "new_attempt_id", "data_file_name", "is_data_file", "attempt_of"]
 
 _DATA = re.compile(r"^data-[0-9a-f]{12}-[0-9]{5}-[0-9]{4}\.bin$")
 
@@ -25,11 +25,6 @@ def is_data_file(name: str) -> bool:
     return bool(_DATA.match(name))
 
 
-def parse_step(name: str, prefix: str) -> int | None:
-    """N for a name ``<prefix>-<N>``, else None."""
-    if not name.startswith(prefix + "-"):
-        return None
-    tail = name[len(prefix) + 1:]
-    if not tail.isdigit() or not tail.isascii():
-        return None
-    return int(tail)
+def attempt_of(data_file: str) -> str:
+    """The attempt id of a data file name (``is_data_file`` must hold)."""
+    return data_file[5:17]

@@ -11,31 +11,12 @@ import numpy as np
 
 from .. import _core, progress
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..format import INDEX_NAME, Manifest, TensorEntry, decode_index
+from ..format import INDEX_NAME, Manifest, TensorEntry, decode_index, run
 from ..storage import Store
 from . import naming
 from .options import DEFAULT, IOOptions
 
-__all__ = ["OpenCheckpoint", "find_latest", "open_checkpoint"]
-
-
-def find_latest(store: Store, directory: str, name: str = "ckpt") -> str | None:
-    """Path of the committed ``<name>-<N>`` under directory with the highest N."""
-    best: tuple[int, str] | None = None
-    for entry in store.listdir(directory):
-        step = naming.parse_step(entry, name)
-        if step is None or (best is not None and step <= best[0]):
-            continue
-        candidate = store.join(directory, entry)
-        if store.exists(store.join(candidate, INDEX_NAME)):
-            best = (step, candidate)
-    return best[1] if best else None
-
-
-def _default_name(store: Store, directory: str) -> str:
-    from ..manager.state import read_checkpoint_name
-
-    return read_checkpoint_name(store, directory) or "ckpt"
+__all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint"]
 
 
 def resolve_checkpoint(store: Store, path: str) -> str:
@@ -43,7 +24,7 @@ def resolve_checkpoint(store: Store, path: str) -> str:
     if store.exists(store.join(path, INDEX_NAME)):
         return path
     if store.isdir(path):
-        latest = find_latest(store, path, _default_name(store, path))
+        latest = run.latest(store, path)
         if latest is not None:
             return latest
         if any(naming.is_data_file(n) for n in store.listdir(path)):
@@ -197,9 +178,9 @@ class OpenCheckpoint:
         used = np.unique(p.file[p.nbytes > 0]).tolist()
         self.check_files(used)
         maps = {}
+        map_file = getattr(self.store, "map_file", _map_file)  # LocalStore: errors mapped
         for f in used:
-            with open(self.file_path(f), "rb") as fh:
-                maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            maps[f] = map_file(self.file_path(f))
         out = []
         m = self.manifest
         for k, i in enumerate(np.asarray(indices).tolist()):
@@ -227,6 +208,11 @@ class OpenCheckpoint:
             from .sharded_read import verify_sharded
 
             verify_sharded(self, sharded)
+
+
+def _map_file(path: str) -> mmap.mmap:
+    with open(path, "rb") as fh:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 class ReadPlan:

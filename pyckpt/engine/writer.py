@@ -7,9 +7,11 @@ Save sequence for one process (docs/PROTOCOL.md gives the multi-worker one):
     CRC32C of every chunk on the way, and fsync them (C++ core, GIL released);
  4. write the index atomically (temp + fsync + rename locally, one PUT on an
     object store): from this moment the checkpoint is committed;
- 5. delete the data files of the index that was replaced, if any.
-A failure before step 4 deletes this attempt's files and leaves any previous
-checkpoint at the path untouched.
+ 5. delete the data files of the index that was replaced, if any, and the
+    orphans of dead attempts (attempts.py: racing writers, killed saves).
+Steps 3-5 run inside the attempt's marker (attempts.begin/end). A failure
+before step 4 deletes this attempt's files and leaves any previous checkpoint
+at the path untouched.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
 from ..tree import validate_key
-from . import naming
+from . import attempts, naming
 from .options import DEFAULT, IOOptions
 
 __all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "commit", "delete_replaced", "StagedSave", "save_tensors"]
@@ -177,6 +179,14 @@ def delete_replaced(store: Store, path: str, previous: Manifest | None, manifest
         warnings.warn(f"could not delete old data files under {store.url(path)}: {e}")
 
 
+def remove_orphans(store: Store, path: str) -> None:
+    """Best-effort ``attempts.sweep`` after a commit."""
+    try:
+        attempts.sweep(store, path)
+    except OSError as e:
+        warnings.warn(f"could not remove orphaned data files under {store.url(path)}: {e}")
+
+
 def abandon(store: Store, path: str, files: list[FileEntry], attempt: str) -> None:
     """Deletes an attempt's data files after a failed commit, unless its index
     became visible anyway (a failure after the rename): then the files stay."""
@@ -211,6 +221,7 @@ def _finish(store: Store, path: str, tensors: list[PreparedTensor], data: Writte
         abandon(store, path, data.files, attempt)
         raise
     delete_replaced(store, path, previous, manifest)
+    remove_orphans(store, path)
     return manifest
 
 
@@ -229,8 +240,12 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
     tensors = prepare_tensors(items, keys_checked)
     _prepare_dir(store, path)
     attempt = naming.new_attempt_id()
-    data = write_data(store, path, tensors, attempt=attempt, options=options)
-    return _finish(store, path, tensors, data, attempt, tree, graph, metadata, options)
+    attempts.begin(store, path, attempt)
+    try:
+        data = write_data(store, path, tensors, attempt=attempt, options=options)
+        return _finish(store, path, tensors, data, attempt, tree, graph, metadata, options)
+    finally:
+        attempts.end(store, path, attempt)
 
 
 class StagedSave:
@@ -248,6 +263,7 @@ class StagedSave:
         self.tensors = prepare_tensors(list(zip(keys, staging)), keys_checked=True)
         _prepare_dir(store, path)
         self.attempt = naming.new_attempt_id()
+        attempts.begin(store, path, self.attempt)
         self.nbytes, self.file_idx, self.offsets, self.sizes, self.names = _layout(
             self.tensors, self.attempt, 0, options)
         self.paths = [store.join(path, name) for name in self.names]
@@ -266,14 +282,17 @@ class StagedSave:
             self.job.stage(self.options.threads)
 
     def finish(self) -> Manifest:
-        if self.job is None:
-            crcs = np.zeros(0, dtype=np.uint32)
-        else:
-            try:
-                crcs, _ = self.job.wait()
-            except BaseException:
-                self.store.delete(self.paths)
-                raise
-        data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
-        return _finish(self.store, self.path, self.tensors, data, self.attempt, None, self.graph,
-                       self.metadata, self.options)
+        try:
+            if self.job is None:
+                crcs = np.zeros(0, dtype=np.uint32)
+            else:
+                try:
+                    crcs, _ = self.job.wait()
+                except BaseException:
+                    self.store.delete(self.paths)
+                    raise
+            data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
+            return _finish(self.store, self.path, self.tensors, data, self.attempt, None,
+                           self.graph, self.metadata, self.options)
+        finally:
+            attempts.end(self.store, self.path, self.attempt)

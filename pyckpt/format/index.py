@@ -33,7 +33,7 @@ MAX_MANIFEST_BYTES = 1 << 30
 SUPPORTED_VERSION = 1
 
 
-def _mask(data: bytes) -> int:
+def _mask(data: bytes | memoryview) -> int:
     return _core.crc32c_mask(_core.crc32c(data))
 
 
@@ -67,11 +67,21 @@ def decode_index(data: bytes, name: str = "<index>") -> Manifest:
     end = HEADER_SIZE + length
     if data[end:] != END_MAGIC:
         raise bad("missing end marker (truncated or overwritten)", end, len(data))
-    body = data[HEADER_SIZE:end]
+    body = memoryview(data)[HEADER_SIZE:end]  # no copy of a manifest that may be large
     if _mask(body) != body_crc:
         raise bad("manifest checksum mismatch", HEADER_SIZE, end)
     try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        text = str(body, "utf-8")
+    except UnicodeDecodeError as e:
         raise bad(f"manifest is not valid JSON: {e}", HEADER_SIZE, end) from None
-    return Manifest.from_json(doc, lambda what: bad(what, HEADER_SIZE, end))
+    body.release()
+
+    def invalid(what: str) -> CorruptCheckpointError:
+        return bad(what, HEADER_SIZE, end)
+
+    try:  # parsed and validated member by member: see Manifest.from_text
+        return Manifest.from_text(text, invalid)
+    except CorruptCheckpointError:
+        raise
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, an over-long integer...
+        raise bad(f"manifest is not valid JSON: {e}", HEADER_SIZE, end) from None

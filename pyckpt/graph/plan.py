@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dtypes import describe_dtypes, same_dtype
 from .keys import escape, path_string
 from .object_graph import MISSING, can_defer, get_child, traverse, value_array
 from .sources import ValueSource
@@ -94,9 +95,10 @@ def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
             shape, dtype = source.shape_dtype(key)
             i = live_index.get(id(o))
             where = path_string(live.paths[i]) if i is not None else "?"
-            if tuple(arr.shape) != tuple(shape) or arr.dtype != dtype:
-                conflicts.append(Conflict(key, tuple(shape), np.dtype(dtype).name,
-                                          tuple(arr.shape), arr.dtype.name))
+            if tuple(arr.shape) != tuple(shape) or not same_dtype(arr.dtype, dtype):
+                stored_name, live_name = describe_dtypes(dtype, arr.dtype)
+                conflicts.append(Conflict(key, tuple(shape), stored_name, tuple(arr.shape),
+                                          live_name))
             else:
                 restore.append((key, where))
                 matched_live.add(id(o))

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from . import deferred
 from .keys import path_string
 from .object_graph import (MISSING, can_defer, get_child, traverse, unit_restorer,
@@ -122,6 +123,7 @@ class RestoreSession:
         if not assign:
             return
         keys, dsts, problems, finish = [], [], [], []
+        swap: list[np.ndarray] = []
         for n, obj in assign:
             key = self.graph.value[n]
             target = value_target(obj)
@@ -131,12 +133,18 @@ class RestoreSession:
             if after is not None:
                 finish.append(after)
             shape, dtype = self.source.shape_dtype(key)
-            if tuple(dst.shape) != tuple(shape) or dst.dtype != dtype:
+            if tuple(dst.shape) != tuple(shape) or not same_dtype(dst.dtype, dtype):
+                ours, theirs = describe_dtypes(dtype, dst.dtype)
                 problems.append(f"{key!r}: checkpoint has shape {tuple(shape)} dtype "
-                                f"{np.dtype(dtype).name}, the object has shape {tuple(dst.shape)} "
-                                f"dtype {dst.dtype.name}")
+                                f"{ours}, the object has shape {tuple(dst.shape)} "
+                                f"dtype {theirs}")
             elif not dst.flags.writeable:
                 problems.append(f"{key!r}: the object's array is read-only")
+            else:  # a target in the other byte order is filled through a view, then swapped
+                view, swapped = source_order_view(dst, dtype)
+                if swapped:
+                    swap.append(dst)
+                dst = view
             keys.append(key)
             dsts.append(dst)
         if problems:
@@ -145,6 +153,7 @@ class RestoreSession:
             raise ValueError(f"cannot restore from {self.source.describe()}:\n  "
                              + "\n  ".join(problems))
         self.source.read(keys, dsts)
+        finish_byte_order(swap)
         for after in finish:
             after()
         self.consumed.update(n for n, _ in assign)

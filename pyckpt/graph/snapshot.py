@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core
+from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from .object_graph import StoredGraph, traverse
 from .trackable import Trackable
 
@@ -124,6 +125,7 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
             problems.append(f"{len(extra)} key(s) of the destination missing in the source: "
                             + ", ".join(map(repr, extra[:20])))
     pairs_src, pairs_dst, setters = [], [], []
+    swap: list[np.ndarray] = []
     for key, arr in s.items():
         if key not in d:
             continue
@@ -131,19 +133,24 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
         if target is None:
             setters.append((setter, arr))
             continue
-        if target.shape != arr.shape or target.dtype != arr.dtype:
+        if target.shape != arr.shape or not same_dtype(target.dtype, arr.dtype):
             if strict:
-                problems.append(f"{key!r}: source shape {arr.shape} dtype {arr.dtype.name}, "
-                                f"destination shape {target.shape} dtype {target.dtype.name}")
+                ours, theirs = describe_dtypes(arr.dtype, target.dtype)
+                problems.append(f"{key!r}: source shape {arr.shape} dtype {ours}, "
+                                f"destination shape {target.shape} dtype {theirs}")
             continue
         if not target.flags.writeable:
             problems.append(f"{key!r}: destination array is read-only")
             continue
+        view, swapped = source_order_view(target, arr.dtype)  # the copy is of raw bytes
+        if swapped:
+            swap.append(target)
         pairs_src.append(arr)
-        pairs_dst.append(target)
+        pairs_dst.append(view)
     if problems:
         raise ValueError("copy_state: source and destination differ:\n  " + "\n  ".join(problems))
     _core.copy_arrays(pairs_src, pairs_dst, threads)
+    finish_byte_order(swap)
     for (setter, kind), arr in setters:
         setter(rebuild_leaf(kind, np.array(arr)))
     return dst

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .._dtypes import dtype_from_name, dtype_name
+from .._dtypes import describe_dtypes, dtype_from_name, dtype_name, same_dtype
 from ..errors import CorruptCheckpointError
 
 MAX_HEADER = 100 << 20
@@ -131,9 +131,10 @@ def _fill(st: SafetensorsFile, into: Any, mapping: dict[str, str]) -> Any:
     problems = []
     for t in targets:
         dtype, shape, _, _ = st.tensors[source[t.key]]
-        if t.array is None or tuple(t.array.shape) != shape or t.array.dtype != dtype:
-            problems.append(f"{t.key!r}: file has {shape} {dtype.name}, target has "
-                            f"{None if t.array is None else (tuple(t.array.shape), t.array.dtype.name)}")
+        if t.array is None or tuple(t.array.shape) != shape or not same_dtype(t.array.dtype, dtype):
+            names = describe_dtypes(dtype, t.array.dtype) if t.array is not None else (dtype.name,)
+            problems.append(f"{t.key!r}: file has {shape} {names[0]}, target has "
+                            f"{None if t.array is None else (tuple(t.array.shape), names[1])}")
     if problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
     values = st.read(source[t.key] for t in targets)

@@ -20,6 +20,7 @@ import uuid
 import weakref
 from typing import Callable
 
+from ..engine.attempts import pid_alive
 from ..errors import ConcurrentWriterError
 from ..storage import Store
 
@@ -29,16 +30,6 @@ LOCK_NAME = "pyckpt-manager.lock"
 # manager was garbage-collected (or closed) is gone from here, so a new
 # manager in the same process may take the directory over.
 _HELD: "weakref.WeakValueDictionary[str, WriterLease]" = weakref.WeakValueDictionary()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class WriterLease:
@@ -64,7 +55,7 @@ class WriterLease:
             if doc["pid"] == os.getpid():  # another manager of this very process
                 other = _HELD.get(str(doc.get("owner")))
                 return other is not None and other.held
-            return _pid_alive(doc["pid"])
+            return pid_alive(doc["pid"])
         beat = doc.get("heartbeat")
         return isinstance(beat, (int, float)) and self.clock() - beat < self.lease_seconds
 
@@ -74,8 +65,11 @@ class WriterLease:
         self.store.write_atomic(self.path, json.dumps(doc).encode("utf-8"))
 
     def _describe(self, doc: dict) -> str:
-        return (f"owner {doc.get('owner', '?')[:8]} (host {doc.get('host')}, pid {doc.get('pid')}, "
-                f"last heartbeat {self.clock() - doc.get('heartbeat', 0):.0f} s ago)")
+        # the lock file is read from storage: describe it without trusting its types
+        beat = doc.get("heartbeat")
+        age = f"{self.clock() - beat:.0f} s ago" if isinstance(beat, (int, float)) else "unknown"
+        return (f"owner {str(doc.get('owner', '?'))[:8]} (host {doc.get('host')!r}, "
+                f"pid {doc.get('pid')!r}, last heartbeat {age})")
 
     def acquire(self) -> None:
         """Takes the lease, or raises ConcurrentWriterError naming the live holder."""

@@ -16,20 +16,28 @@ The newest committed checkpoint is never deleted.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import time
+import warnings
 import weakref
 from typing import Any, Callable
 
-from ..engine import naming
+from ..errors import CheckpointError, CheckpointIOError
 from ..format import INDEX_NAME
 from ..storage import resolve
 from .async_save import AsyncSaver
 from .lock import WriterLease
 from .retention import check_mode, preserve, select_removals
-from .state import Entry, ManagerState, read_state, write_state
+from ..format.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
+                          committed_steps, parse_step, recover_state, write_state)
 
 _LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    if hasattr(error, "add_note"):  # Python >= 3.11
+        error.add_note(note)
 
 
 @atexit.register
@@ -62,8 +70,7 @@ class CheckpointManager:
             raise ValueError("max_to_keep must be None or at least 1")
         if checkpoint_interval is not None and step_counter is None:
             raise ValueError("checkpoint_interval needs a step_counter")
-        if not checkpoint_name or "/" in checkpoint_name:
-            raise ValueError(f"invalid checkpoint_name {checkpoint_name!r}")
+        check_checkpoint_name(checkpoint_name)
         self._checkpoint = checkpoint
         self._store, self._dir = resolve(directory, storage_options)
         self._storage_options = storage_options
@@ -86,40 +93,17 @@ class CheckpointManager:
         _LIVE.add(self)
 
     # -- recovery ---------------------------------------------------------------------
-    def _committed(self) -> dict[str, int]:
-        out = {}
-        for entry in self._store.listdir(self._dir):
-            step = naming.parse_step(entry, self._name)
-            if step is not None and self._store.exists(
-                    self._store.join(self._dir, entry, INDEX_NAME)):
-                out[entry] = step
-        return out
-
     def _recover(self) -> ManagerState:
-        doc = read_state(self._store, self._dir)
-        state = ManagerState.from_json(doc, self._name) if doc else ManagerState(self._name)
-        if state.checkpoint_name != self._name:
-            state = ManagerState(self._name)
-        committed = self._committed()
-        state.active = [e for e in state.active if e.name in committed]
-        state.preserved = [e for e in state.preserved if e.name in committed]
-        known = {e.name for e in state.active} | {e.name for e in state.preserved} | set(state.deleting)
-        for name in sorted((n for n in committed if n not in known), key=lambda n: committed[n]):
-            # committed but not recorded: the process died between commit and state update
-            mtime = self._store.mtime(self._store.join(self._dir, name, INDEX_NAME))
-            state.active.append(Entry(name, committed[name], mtime or self._clock()))
-        if state.last_preserved_time is None:
-            state.last_preserved_time = self._clock()
-        return state
+        return recover_state(self._store, self._dir, self._name, self._clock)
 
     def _cleanup_leftovers(self) -> None:
         """Finishes interrupted deletions and removes never-committed checkpoints."""
-        committed = self._committed()
+        committed = committed_steps(self._store, self._dir, self._name)
         for name in list(self._state.deleting):
             self._delete(name)
         keep = {e.name for e in self._state.active} | {e.name for e in self._state.preserved}
         for entry in self._store.listdir(self._dir):
-            if naming.parse_step(entry, self._name) is not None and entry not in committed \
+            if parse_step(entry, self._name) is not None and entry not in committed \
                     and entry not in keep:
                 self._store.rmtree(self._store.join(self._dir, entry))
             elif entry.startswith(".pyckpt-manager.") and ".tmp-" in entry:
@@ -148,11 +132,10 @@ class CheckpointManager:
 
     @property
     def latest_checkpoint(self) -> str | None:
-        if self._state.active:
-            return self._url(self._state.active[-1].name)
-        if self._state.preserved:
-            return self._url(max(self._state.preserved, key=lambda e: e.time).name)
-        return None
+        """The checkpoint saved last (TensorFlow's rule; ``pyckpt.latest_checkpoint``
+        of the directory says the same)."""
+        latest = self._state.latest
+        return None if latest is None else self._url(latest)
 
     def _url(self, name: str) -> str:
         return self._store.url(self._store.join(self._dir, name))
@@ -189,25 +172,66 @@ class CheckpointManager:
         name = f"{self._name}-{number}"
         path = self._store.join(self._dir, name)
         url = self._store.url(path)
+        self._warn_if_below(number)
         if blocking or multi or not self._async_fits():
             try:
                 self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
-            except BaseException:
+            except BaseException as e:
                 counter.assign_sub(1)
+                if lead:
+                    self._roll_back(path, name, e)
                 raise
             if multi:
                 self._record_collectively(comm, name, number, metrics)
             else:
                 self._record(name, number, metrics)
             return url
-        work = self._stage_async(path)
+        try:
+            work = self._stage_async(path)
+        except BaseException as e:
+            counter.assign_sub(1)
+            self._roll_back(path, name, e)
+            raise
+
+        counted = int(counter)
 
         def finish() -> None:
-            work()
+            try:
+                work()
+            except BaseException as e:
+                if int(counter) == counted:  # untouched since: give the number back
+                    counter.assign_sub(1)
+                self._roll_back(path, name, e)
+                raise
             self._record(name, number, metrics)
 
         self._async.start(finish)
         return url
+
+    def _warn_if_below(self, number: int) -> None:
+        """Numbering at or below an existing checkpoint is allowed (TensorFlow does it),
+        but it is almost always a run that forgot to restore first."""
+        steps = [e.step for e in self._state.active + self._state.preserved]
+        if steps and number <= max(steps):
+            warnings.warn(
+                f"CheckpointManager of {self.directory} saves {self._name}-{number} although "
+                f"{self._name}-{max(steps)} exists: it becomes the latest checkpoint and the "
+                "older ones are retired first. Restore before training on "
+                "(manager.restore_or_initialize()) to continue the run's numbering.",
+                stacklevel=3)
+
+    def _roll_back(self, path: str, name: str, error: BaseException) -> None:
+        """After a failed save: the checkpoint does not count. Removes its directory
+        unless a committed checkpoint of that name already existed (a re-save)."""
+        committed = self._store.exists(self._store.join(path, INDEX_NAME))
+        if not committed:
+            try:
+                self._store.rmtree(path)
+            except OSError:
+                pass
+        _add_note(error, f"{self._url(name)} was not saved by this call: "
+                  + ("a committed checkpoint of that name exists and was left in place"
+                     if committed else "nothing of it was left on storage"))
 
     def _stage_async(self, path: str) -> Callable[[], Any]:
         """Copies the state aside (returning once it may change again) and returns
@@ -247,8 +271,6 @@ class CheckpointManager:
             outcome = f"{type(e).__name__}: {e}"
         outcome = comm.broadcast(outcome)
         if outcome is not None:
-            from ..errors import CheckpointError
-
             raise CheckpointError(f"recording {name} failed on rank 0: {outcome}")
 
     def _record(self, name: str, number: int, metrics: dict | None, write: bool = True) -> None:
@@ -269,14 +291,23 @@ class CheckpointManager:
         if not write:
             st.deleting.clear()
             return
-        write_state(self._store, self._dir, st)
-        if st.deleting:
-            for n in list(st.deleting):
-                self._delete(n)
+        try:
             write_state(self._store, self._dir, st)
+            if st.deleting:
+                for n in list(st.deleting):
+                    self._delete(n)
+                write_state(self._store, self._dir, st)
+        except (OSError, CheckpointError) as e:
+            raise CheckpointIOError(
+                getattr(e, "errno", None) or errno.EIO,
+                f"{self._url(name)} was committed and counts: it is the latest checkpoint. "
+                f"Recording it in the manager state or retiring old checkpoints failed "
+                f"({type(e).__name__}: {e}); the next save or a new manager finishes that."
+            ) from e
 
     def _delete(self, name: str) -> None:
         """Un-commits (index first) and removes one checkpoint; forgets the mark."""
+        check_step_name(name, self._name)  # never a path: see state.py
         path = self._store.join(self._dir, name)
         self._store.delete([self._store.join(path, INDEX_NAME)])
         self._store.sync_dir(path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .state import Entry
+from ..format.run import Entry
 
 
 def select_removals(active: list[Entry], max_to_keep: int | None,

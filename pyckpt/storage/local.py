@@ -1,13 +1,52 @@
-"""Local filesystem store: the C++ core reads and writes its files directly."""
+"""Local filesystem store: the C++ core reads and writes its files directly.
+
+Every OSError of this store (a full disk, a read-only mount, a permission
+denied, a failed fsync or rename) leaves it as a ``CheckpointIOError`` with the
+same errno, a message naming the file, and the OSError as ``__cause__``: the
+``_os_errors`` decorator on each method is the one place where that happens.
+A read of a file that does not exist still raises ``FileNotFoundError`` (the
+Store contract), which the reader turns into ``CheckpointNotFoundError`` or,
+for a data file, ``CorruptCheckpointError``.
+"""
 
 from __future__ import annotations
 
 import errno
+import functools
+import mmap
 import os
 import shutil
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
+from ..errors import CheckpointError, CorruptCheckpointError, io_error
 from .base import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _os_errors(what: str, *, missing_passes: bool = False) -> Callable[[F], F]:
+    """Maps the OSErrors of a store method to CheckpointIOError (``what`` and the
+    method's path argument, or the object's ``path``, name the operation and file).
+    With ``missing_passes``, FileNotFoundError passes unchanged (reads)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except CheckpointError:
+                raise
+            except OSError as e:
+                if missing_passes and isinstance(e, FileNotFoundError):
+                    raise
+                target = args[0] if args and isinstance(args[0], (str, os.PathLike)) \
+                    else getattr(self, "path", None)
+                where = f"'{os.fspath(target)}'" if target is not None else "a file"
+                raise io_error(e, f"cannot {what} {where}") from e
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 class LocalStore(Store):
@@ -24,25 +63,29 @@ class LocalStore(Store):
     def isdir(self, path: str) -> bool:
         return os.path.isdir(path)
 
+    @_os_errors("list")
     def listdir(self, path: str) -> list[str]:
         try:
             return os.listdir(path)
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    @_os_errors("stat", missing_passes=True)
     def size(self, path: str) -> int:
         return os.stat(path).st_size
 
     def mtime(self, path: str) -> float | None:
         try:
             return os.stat(path).st_mtime
-        except FileNotFoundError:
+        except OSError:  # missing or unreadable: no time (used to order candidates only)
             return None
 
+    @_os_errors("read", missing_passes=True)
     def read_bytes(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
 
+    @_os_errors("read", missing_passes=True)
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         out = []
         with open(path, "rb") as f:
@@ -51,13 +94,32 @@ class LocalStore(Store):
                 out.append(f.read(end - start))
         return out
 
+    @_os_errors("map", missing_passes=True)
+    def map_file(self, path: str) -> mmap.mmap:
+        """A read-only memory map of the whole (non-empty) shard file. Like the C++
+        reader, it refuses a symbolic link in a shard file's place."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as e:
+            if e.errno == errno.ELOOP and os.path.islink(path):
+                raise CorruptCheckpointError(
+                    f"shard file '{path}' is a symbolic link; pyckpt refuses to follow links "
+                    "inside a checkpoint") from None
+            raise
+        try:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+
+    @_os_errors("create the directory")
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
+    @_os_errors("write")
     def write_atomic(self, path: str, data: bytes) -> None:
         directory = os.path.dirname(path) or "."
         os.makedirs(directory, exist_ok=True)  # like an object store: parents are implicit
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+        tmp = _temp_name(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             view = memoryview(data)
@@ -66,14 +128,14 @@ class LocalStore(Store):
                 view = view[n:]
             os.fsync(fd)
         except BaseException:
-            os.close(fd)
-            _unlink(tmp)
+            _close_quietly(fd)
+            _discard(tmp)
             raise
         os.close(fd)
         try:
             os.replace(tmp, path)
         except BaseException:
-            _unlink(tmp)
+            _discard(tmp)
             raise
         self.sync_dir(directory)
 
@@ -82,11 +144,19 @@ class LocalStore(Store):
 
     def delete(self, paths: Iterable[str]) -> None:
         for p in paths:
-            _unlink(p)
+            self._unlink(p)
+
+    @_os_errors("delete")
+    def _unlink(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def rmtree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
+    @_os_errors("sync the directory")
     def sync_dir(self, path: str) -> None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -104,35 +174,55 @@ class LocalStore(Store):
 class _AtomicFile:
     """Writes to a temporary name; on a clean exit: fsync, rename, fsync the directory."""
 
+    @_os_errors("write")
     def __init__(self, store: LocalStore, path: str) -> None:
         self.store, self.path = store, path
         self.dir = os.path.dirname(path) or "."
         os.makedirs(self.dir, exist_ok=True)
-        self.tmp = os.path.join(self.dir, f".{os.path.basename(path)}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+        self.tmp = _temp_name(path)
         self.f = open(self.tmp, "xb")
 
+    @_os_errors("write")
     def write(self, data: Any) -> int:
         return self.f.write(data)
 
     def __enter__(self) -> "_AtomicFile":
         return self
 
+    @_os_errors("write")
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         try:
             if exc_type is None:
                 self.f.flush()
                 os.fsync(self.f.fileno())
-            self.f.close()
-            if exc_type is None:
+                self.f.close()
                 os.replace(self.tmp, self.path)
                 self.store.sync_dir(self.dir)
         finally:
-            if os.path.exists(self.tmp):
-                _unlink(self.tmp)
+            if not self.f.closed:
+                try:
+                    self.f.close()
+                except OSError:
+                    pass  # a failed flush of data we are discarding anyway
+            _discard(self.tmp)
 
 
-def _unlink(path: str) -> None:
+def _temp_name(path: str) -> str:
+    directory = os.path.dirname(path) or "."
+    return os.path.join(directory,
+                        f".{os.path.basename(path)}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def _discard(path: str) -> None:
+    """Best-effort removal of a temporary file while another error is reported."""
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except OSError:
+        pass
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
         pass

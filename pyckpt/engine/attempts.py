@@ -1,0 +1,127 @@
+"""Save attempts inside one checkpoint directory, and the files they leave behind
+(docs/FORMAT.md section 1, docs/PROTOCOL.md section 1).
+
+Every save attempt writes its data files under names carrying its random
+attempt id. Before its first data byte it drops a small marker file,
+``pyckpt-attempt-<id>.json`` (host, pid, start time), and it removes the
+marker once it has committed or given up. Two writers racing on one path both
+commit; the loser's files are then referenced by no index. So are the files of
+a writer killed mid-save. ``sweep`` removes such orphans: data files that the
+committed index does not name, of attempts that are not live. An attempt is
+live while its marker exists and its process runs (same host), or, for a
+marker written on another host, while the marker is younger than
+``FOREIGN_ATTEMPT_SECONDS``. The sweep re-reads the index after judging
+liveness: an attempt removes its marker only after its commit, so the files
+of an attempt that just committed are never taken for orphans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Callable
+
+from ..format import INDEX_NAME, decode_index
+from ..storage import Store
+from . import naming
+
+__all__ = ["FOREIGN_ATTEMPT_SECONDS", "pid_alive", "begin", "end", "sweep", "is_marker"]
+
+MARKER_PREFIX = "pyckpt-attempt-"
+MARKER_SUFFIX = ".json"
+#: A marker written on another host counts as live for this long (no heartbeat:
+#: a save that runs longer than this on another host could lose its files).
+FOREIGN_ATTEMPT_SECONDS = 6 * 3600.0
+
+_HOST = socket.gethostname()
+_ACTIVE: set[str] = set()           # attempts in progress in this process
+_ACTIVE_LOCK = threading.Lock()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this host (a zombie counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def marker_name(attempt: str) -> str:
+    return f"{MARKER_PREFIX}{attempt}{MARKER_SUFFIX}"
+
+
+def is_marker(name: str) -> bool:
+    return name.startswith(MARKER_PREFIX) and name.endswith(MARKER_SUFFIX)
+
+
+def begin(store: Store, path: str, attempt: str) -> None:
+    """Marks ``attempt`` live in ``path`` (before any of its data is written)."""
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(attempt)
+    doc = {"host": _HOST, "pid": os.getpid(), "time": time.time()}
+    store.makedirs(path)
+    store.write_atomic(store.join(path, marker_name(attempt)), json.dumps(doc).encode())
+
+
+def end(store: Store, path: str, attempt: str) -> None:
+    """Removes the marker of ``attempt`` (after its commit, or after it gave up).
+    Best effort: a marker left behind is recognised as dead by its pid."""
+    with _ACTIVE_LOCK:
+        _ACTIVE.discard(attempt)
+    try:
+        store.delete([store.join(path, marker_name(attempt))])
+    except OSError:
+        pass
+
+
+def _live(store: Store, path: str, name: str, now: float) -> bool:
+    try:
+        doc = json.loads(store.read_bytes(store.join(path, name)).decode("utf-8"))
+    except FileNotFoundError:
+        return False  # ended between the listing and now
+    except (OSError, ValueError):
+        return True  # unreadable: keep its files (a later sweep decides)
+    if not isinstance(doc, dict):
+        return True
+    pid, host, started = doc.get("pid"), doc.get("host"), doc.get("time")
+    if host == _HOST and type(pid) is int:
+        if pid == os.getpid():
+            with _ACTIVE_LOCK:
+                return name[len(MARKER_PREFIX):-len(MARKER_SUFFIX)] in _ACTIVE
+        return pid_alive(pid)
+    return isinstance(started, (int, float)) and now - started < FOREIGN_ATTEMPT_SECONDS
+
+
+def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> list[str]:
+    """Removes the orphaned data files and dead markers of the committed checkpoint
+    at ``path``; returns the names removed. Does nothing unless a valid index is
+    committed there (the files of an uncommitted or damaged checkpoint are
+    evidence, not garbage)."""
+    names = store.listdir(path)
+    markers = [n for n in names if is_marker(n)]
+    data = [n for n in names if naming.is_data_file(n)]
+    now = clock()
+    live, dead_markers = set(), []
+    for m in markers:
+        if _live(store, path, m, now):
+            live.add(m[len(MARKER_PREFIX):-len(MARKER_SUFFIX)])
+        else:
+            dead_markers.append(m)
+    candidates = [n for n in data if naming.attempt_of(n) not in live]
+    if not candidates and not dead_markers:
+        return []
+    index = store.join(path, INDEX_NAME)
+    try:  # read after judging liveness: see the module doc
+        committed = decode_index(store.read_bytes(index), store.url(index))
+    except (OSError, ValueError):
+        return []
+    referenced = {f.name for f in committed.files}
+    doomed = [n for n in candidates if n not in referenced] + dead_markers
+    store.delete(store.join(path, n) for n in doomed)
+    return doomed
