@@ -1,20 +1,26 @@
 """Stores reached through fsspec: S3 (s3fs), GCS (gcsfs), memory, and any other
 fsspec filesystem. Object stores have no rename: a checkpoint is committed by
 writing its index with one PUT after every shard upload was acknowledged and
-its size confirmed (docs/PROTOCOL.md, "Object stores")."""
+its size confirmed (docs/PROTOCOL.md, "Object stores").
+
+Every request goes through retry.py: retried on transient errors, abandoned
+when it stalls, given up on when its operation made no progress for
+``deadline`` seconds (docs/PROTOCOL.md, "Timeouts, retries and cleanup")."""
 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
-from typing import Any, Iterable, Sequence
+import time
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from .base import Store
 from .options import RemoteOptions
-from .remote_io import RemoteIO
-from .retry import retry_sync
+from .remote_io import RemoteIO, gather_or_cancel
+from .retry import call_async, call_sync
 
 _CACHE: dict[Any, "FsspecStore"] = {}
 _CACHE_LOCK = threading.Lock()
@@ -59,6 +65,9 @@ class FsspecStore(Store):
         proto = fs.protocol
         self.protocol = proto[0] if isinstance(proto, (tuple, list)) else proto
         self.io = RemoteIO(fs, opts, self.url)
+        #: path -> (error, time): files whose cleanup ran after that error (``delete``)
+        self._cleaned: dict[str, tuple[BaseException, float]] = {}
+        self._cleaned_lock = threading.Lock()
 
     @classmethod
     def for_url(cls, url: str, storage_options: dict | None) -> tuple["FsspecStore", str]:
@@ -84,15 +93,24 @@ class FsspecStore(Store):
         # memory:// paths carry a leading "/" inside fsspec; show them as users write them
         return self.fs.unstrip_protocol(path).replace("memory:///", "memory://", 1)
 
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """fs.<name>(*args): through the async API with a timeout where the filesystem
-        has one (so a server that stops answering cannot hang the caller), else direct."""
-        if getattr(self.fs, "async_impl", False) and hasattr(self.fs, "_" + name):
-            from fsspec.asyn import sync
+    def _op(self, what: str, name: str, *args: Any, stall: float | None = None,
+            **kwargs: Any) -> Any:
+        """fs.<name>(*args) as one operation (retry.py): through the async API under the
+        watchdog where the filesystem has one (so a server that stops answering cannot
+        hang the caller), else directly. ``stall``: the limit of a request whose bytes
+        cannot be watched (default ``stall_timeout``, for small metadata requests)."""
+        fs = self.fs
+        op = self.io.operation()
+        if getattr(fs, "async_impl", False) and hasattr(fs, "_" + name):
+            fn = getattr(fs, "_" + name)
 
-            return sync(self.fs.loop, getattr(self.fs, "_" + name), *args,
-                        timeout=self.opts.timeout, **kwargs)
-        return getattr(self.fs, name)(*args, **kwargs)
+            async def go() -> Any:
+                if self.io.s3_native and args and isinstance(args[0], str):
+                    await self.io.hook_client(fs.split_path(args[0])[0])
+                return await call_async(what, op, lambda att: fn(*args, **kwargs), stall=stall)
+
+            return self.io.run(go)
+        return call_sync(what, op, lambda: getattr(fs, name)(*args, **kwargs))
 
     def _fresh(self, path: str) -> None:
         """Forgets cached listings: another process may have written since."""
@@ -104,18 +122,16 @@ class FsspecStore(Store):
     # -- reads ----------------------------------------------------------------------
     def exists(self, path: str) -> bool:
         self._fresh(path)
-        return retry_sync(f"existence check of {self.url(path)}", self.opts,
-                          lambda: self._call("exists", path))
+        return self._op(f"existence check of {self.url(path)}", "exists", path)
 
     def isdir(self, path: str) -> bool:
         self._fresh(path)
-        return retry_sync(f"listing {self.url(path)}", self.opts, lambda: self._call("isdir", path))
+        return self._op(f"listing {self.url(path)}", "isdir", path)
 
     def listdir(self, path: str) -> list[str]:
         self._fresh(path)
         try:
-            entries = retry_sync(f"listing {self.url(path)}", self.opts,
-                                 lambda: self._call("ls", path, detail=False))
+            entries = self._op(f"listing {self.url(path)}", "ls", path, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
         base = path.rstrip("/")
@@ -130,12 +146,12 @@ class FsspecStore(Store):
 
     def size(self, path: str) -> int:
         self._fresh(path)
-        info = retry_sync(f"size of {self.url(path)}", self.opts, lambda: self._call("info", path))
+        info = self._op(f"size of {self.url(path)}", "info", path)
         return int(info["size"])
 
     def mtime(self, path: str) -> float | None:
         try:
-            info = self.fs.info(path)
+            info = self._op(f"modification time of {self.url(path)}", "info", path)
         except (FileNotFoundError, OSError):
             return None
         for k in ("mtime", "LastModified", "updated", "created"):
@@ -154,8 +170,9 @@ class FsspecStore(Store):
         return None
 
     def read_bytes(self, path: str) -> bytes:
-        return retry_sync(f"read of {self.url(path)}", self.opts,
-                          lambda: self._call("cat_file", path))
+        if self.io.s3_native:  # streamed, every chunk watched
+            return self.io.read_object(path)
+        return self._op(f"read of {self.url(path)}", "cat_file", path, stall=self.opts.timeout)
 
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         return self.io.fetch([(path, s, e) for s, e in ranges])
@@ -163,14 +180,17 @@ class FsspecStore(Store):
     # -- writes ---------------------------------------------------------------------
     def makedirs(self, path: str) -> None:
         try:
-            self.fs.makedirs(path, exist_ok=True)
+            self._op(f"creating {self.url(path)}", "makedirs", path, exist_ok=True)
         except (FileExistsError, NotImplementedError):
             pass
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """One PUT: object stores make a whole object visible at once."""
-        retry_sync(f"write of {self.url(path)}", self.opts,
-                   lambda: self._call("pipe_file", path, data))
+        if self.io.s3_native:  # the body's progress watched
+            self.io.write_object(path, data)
+        else:
+            self._op(f"write of {self.url(path)}", "pipe_file", path, data,
+                     stall=self.opts.timeout)
         self._fresh(path)
 
     def open_write(self, path: str) -> Any:
@@ -180,27 +200,78 @@ class FsspecStore(Store):
                                                                       5 << 20)))
 
     def delete(self, paths: Iterable[str]) -> None:
-        for p in list(paths):
+        """Deletes the objects (concurrently on async filesystems, as one operation);
+        missing ones are ignored. Called while handling the failure of this store's own
+        ``write_shards``, for the files whose bounded cleanup already ran (and reported
+        on that error), it does not repeat it: a store that stopped answering would
+        make it wait, and its failure would hide the save's own error."""
+        todo = [p for p in list(paths) if not self._cleaned_for_current_error(p)]
+        if not todo:
+            return
+        fs = self.fs
+        if getattr(fs, "async_impl", False) and hasattr(fs, "_rm_file"):
+            op = self.io.operation()
+
+            async def one(p: str) -> None:
+                try:
+                    await call_async(f"delete of {self.url(p)}", op, lambda att: fs._rm_file(p))
+                except FileNotFoundError:
+                    pass
+
+            async def go() -> None:
+                await gather_or_cancel(one(p) for p in todo)
+
             try:
-                retry_sync(f"delete of {self.url(p)}", self.opts,
-                           functools.partial(self._call, "rm_file", p))
+                self.io.run(go)
+            finally:
+                for p in todo:
+                    self._fresh(p)
+            return
+        op = self.io.operation()
+        for p in todo:
+            try:
+                call_sync(f"delete of {self.url(p)}", op, functools.partial(fs.rm_file, p))
             except FileNotFoundError:
                 pass
             self._fresh(p)
 
+    def _mark_cleaned(self, paths: Sequence[str], error: BaseException) -> None:
+        now = time.monotonic()
+        with self._cleaned_lock:
+            for p, (_, t) in list(self._cleaned.items()):
+                if now - t > 600:
+                    del self._cleaned[p]
+            for p in paths:
+                self._cleaned[p] = (error, now)
+
+    def _cleaned_for_current_error(self, path: str) -> bool:
+        """Whether ``path`` was cleaned up after the error being handled right now."""
+        current = sys.exc_info()[1]
+        if current is None:
+            return False
+        with self._cleaned_lock:
+            entry = self._cleaned.get(path)
+            if entry is None or entry[0] is not current:
+                return False
+            del self._cleaned[path]
+            return True
+
     def rmtree(self, path: str) -> None:
         self._fresh(path)
         try:
-            retry_sync(f"delete of {self.url(path)}", self.opts,
-                       lambda: self._call("rm", path, recursive=True))
+            self._op(f"delete of {self.url(path)}", "rm", path, recursive=True,
+                     stall=self.opts.timeout)
         except FileNotFoundError:
             pass
+        # multipart uploads under the prefix are part of what is deleted (S3)
+        self.io.abort_uploads_under(path)
         if hasattr(self.fs, "call_s3") and hasattr(self.fs, "split_path"):
             # S3 gateways over a filesystem (SeaweedFS, MinIO) keep the emptied
             # "directory"; deleting the key with a trailing slash removes it.
             bucket, key, _ = self.fs.split_path(path)
             try:
-                self.fs.call_s3("delete_object", Bucket=bucket, Key=key.rstrip("/") + "/")
+                self.io.s3_call(f"delete of {self.url(path)}/", "delete_object", Bucket=bucket,
+                                Key=key.rstrip("/") + "/")
             except Exception:  # noqa: BLE001 - best effort; plain S3 has nothing to delete
                 pass
         self._fresh(path)
@@ -210,15 +281,87 @@ class FsspecStore(Store):
                      arrays: list[np.ndarray], file_idx: np.ndarray, offsets: np.ndarray,
                      options: Any) -> np.ndarray:
         """Checksums (C++, parallel) then uploads every shard file in parallel parts;
-        confirms sizes."""
+        confirms sizes. First aborts multipart uploads that failed saves left open in
+        this checkpoint's prefix (``abort_stale_uploads``).
+
+        On failure the upload's own error is raised, after a bounded best-effort
+        cleanup (abort this save's multipart uploads, delete its objects) whose
+        failures are notes on that error; the caller's deletion of ``paths`` while
+        handling it is then not repeated (``delete``)."""
         from .. import _core
         from .base import shard_layouts
 
         crcs, _ = _core.compute_checksums(keys, arrays, options.chunk_size, options.threads)
         layouts = shard_layouts(paths, sizes, arrays, file_idx, offsets)
-        self.io.upload(layouts)
-        self.confirm_sizes({p: lay.size for p, lay in layouts})
+        sweep = self._start_sweep(paths)
+        try:
+            self.io.upload(layouts)  # on failure it has cleaned up after itself
+        except BaseException as e:
+            self._mark_cleaned(paths, e)
+            raise
+        try:
+            self.confirm_sizes({p: lay.size for p, lay in layouts})
+        except BaseException as e:  # a short or missing object: delete them all
+            self.io.discard(e, list(paths))
+            self._mark_cleaned(paths, e)
+            raise
+        if sweep is not None:  # it runs beside the upload; bounded, best effort
+            sweep.join(timeout=2 * self.opts.cleanup_timeout)
         return crcs
+
+    def _start_sweep(self, paths: Sequence[str]) -> threading.Thread | None:
+        """``abort_stale_uploads`` of the checkpoint of ``paths`` in a thread of its own,
+        beside the upload (S3 only): it adds no time to a save, and a store that
+        stalls makes the upload fail, not the sweep wait."""
+        if not paths or not self.io.is_s3:
+            return None
+        from ..engine import naming
+
+        prefix, _, name = paths[0].rpartition("/")
+        current = naming.attempt_of(name) if naming.is_data_file(name) else None
+
+        def sweep() -> None:
+            try:
+                self.abort_stale_uploads(prefix, current)
+            except Exception as e:  # noqa: BLE001 - best effort
+                import logging
+
+                logging.getLogger("pyckpt.storage").info(
+                    "pyckpt: sweeping multipart uploads under %s failed: %s", self.url(prefix), e)
+
+        thread = threading.Thread(target=sweep, name="pyckpt-sweep", daemon=True)
+        thread.start()
+        return thread
+
+    def abort_stale_uploads(self, prefix: str, current_attempt: str | None = None,
+                            is_live: Callable[[str], bool | None] | None = None) -> list[str]:
+        """Aborts the multipart uploads failed saves left open (S3; best effort, bounded
+        by ``cleanup_timeout``): those this process could not abort, and, under the
+        checkpoint ``prefix``, those of pyckpt data files of attempts other than
+        ``current_attempt`` that have ended (their attempt marker is gone or dead,
+        engine/attempts.py) or began more than ``stale_upload_age`` seconds ago.
+        Returns the keys aborted."""
+        return self.io.sweep_uploads(prefix, current_attempt,
+                                     is_live or (lambda a: self._attempt_live(prefix, a)))
+
+    def _attempt_live(self, prefix: str, attempt: str) -> bool | None:
+        """Whether a save attempt in ``prefix`` may still be running: False once its
+        marker is gone (it committed or gave up) or belongs to a dead process; None if
+        unknown (no marker protocol)."""
+        try:
+            from ..engine import attempts
+        except ImportError:
+            return None
+        marker_name = getattr(attempts, "marker_name", None)
+        live = getattr(attempts, "_live", None)
+        if marker_name is None:
+            return None
+        marker = marker_name(attempt)
+        if marker not in self.listdir(prefix):
+            return False
+        if live is None:
+            return None
+        return bool(live(self, prefix, marker, time.time()))
 
     def fetch(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return self.io.fetch(ranges)

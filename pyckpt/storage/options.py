@@ -1,5 +1,14 @@
 """Tuning of remote (fsspec) storage, given as ``storage_options={"pyckpt": {...}}``
-(the ``pyckpt`` entry is removed before the rest goes to fsspec)."""
+(the ``pyckpt`` entry is removed before the rest goes to fsspec).
+
+Failure handling (docs/PROTOCOL.md, "Timeouts, retries and cleanup"): a request
+that moves no bytes for ``stall_timeout`` seconds is abandoned and retried; an
+operation (one upload of a save's shard files, one batch of ranged reads, one
+metadata call) stops retrying once it has made no progress for ``deadline``
+seconds, or after ``retries`` attempts of one request; the cleanup after a
+failed save (aborting its multipart uploads, deleting its objects) is one
+best-effort attempt bounded by ``cleanup_timeout``.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +22,32 @@ class RemoteOptions:
     part_size: int = 16 << 20
     #: Requests in flight at once (parts of any shard file, or ranged reads).
     max_concurrency: int = 8
-    #: Attempts per request for transient errors (connection resets, timeouts, 5xx, throttling).
+    #: Attempts per request for transient errors (connection resets, timeouts, stalls,
+    #: 5xx, throttling), within the operation's ``deadline``.
     retries: int = 5
     #: First backoff delay in seconds; doubles per attempt, with jitter, up to backoff_max.
     backoff: float = 0.2
     backoff_max: float = 5.0
-    #: Seconds one request may take before it is abandoned and retried.
+    #: Seconds one request may take in all, however steadily its bytes flow.
     timeout: float = 120.0
+    #: Seconds a request may go without moving a byte (sending its body or receiving its
+    #: response) before it is abandoned as stalled and retried. Requests whose bytes
+    #: cannot be watched (metadata requests, non-S3 transfers) count as stalled when
+    #: they have not finished within this time (metadata) or ``timeout`` (transfers).
+    stall_timeout: float = 30.0
+    #: Seconds an operation may go without progress (no byte moved, no request
+    #: finished), retries and backoff included, before it gives up with
+    #: CheckpointIOError. Also how long a store that stopped answering is treated as
+    #: unreachable: meanwhile each request gets one attempt of ``cleanup_timeout``.
+    deadline: float = 60.0
+    #: Seconds the best-effort cleanup after a failure may take (abort the save's
+    #: multipart uploads, delete its objects), each request one attempt.
+    cleanup_timeout: float = 10.0
+    #: Multipart uploads of pyckpt data files under a checkpoint's prefix that were
+    #: started this many seconds ago are aborted at the next save there, even when
+    #: their save attempt still looks live (uploads of ended attempts are aborted at
+    #: once). Set a bucket lifecycle rule too (docs/PROTOCOL.md).
+    stale_upload_age: float = 24 * 3600.0
     #: Ranged reads closer than this are merged into one request...
     read_gap: int = 1 << 20
     #: ...unless the merged request would exceed this many bytes (also capped at
@@ -42,7 +70,19 @@ class RemoteOptions:
         opts = cls(**mine)
         if opts.part_size < 1 or opts.max_concurrency < 1 or opts.retries < 1:
             raise ValueError("part_size, max_concurrency and retries must be positive")
+        for name in ("timeout", "stall_timeout", "deadline", "cleanup_timeout"):
+            if not getattr(opts, name) > 0:
+                raise ValueError(f"pyckpt storage option {name} must be a positive number of seconds")
         return opts, so
+
+    def failure_bound(self) -> float:
+        """About the most seconds a save or load against a store that stopped answering
+        takes to fail: the failing operation's ``deadline`` (plus a last backoff delay),
+        then at most three follow-up steps of the save, each bounded by
+        ``cleanup_timeout`` (the cleanup of the upload or of the attempt's files, the
+        check of the index after a failed commit, the removal of the attempt's marker).
+        95 s with the defaults; docs/PROTOCOL.md, section 1c."""
+        return self.deadline + 3 * self.cleanup_timeout + self.backoff_max
 
     def key(self) -> Any:
         return dataclasses.astuple(self)

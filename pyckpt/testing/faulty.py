@@ -34,6 +34,10 @@ class Faults:
     latency: float = 0.0
     #: Requests of these kinds only are subject to faults ("read", "write", "meta"); None: all.
     kinds: set | None = None
+    #: Only requests whose description (as in ``log``) contains this text (or one of
+    #: these texts) are subject to faults, e.g. "data-" for a checkpoint's data files,
+    #: or ("upload_part", "abort_multipart_upload"); None: all.
+    only: str | tuple | None = None
     #: Writes keep only this fraction of their bytes and report success (a silent truncation).
     cut_writes_to: float | None = None
     #: Exception raised by a failing request.
@@ -60,7 +64,9 @@ class Faults:
         with self._lock:
             self.requests += 1
             n = self.requests
-            eligible = self.kinds is None or kind in self.kinds
+            only = (self.only,) if isinstance(self.only, str) else self.only
+            eligible = ((self.kinds is None or kind in self.kinds)
+                        and (only is None or any(text in what for text in only)))
             fail = eligible and (n in self.fail_nth or
                                  (self.fail_fraction > 0 and self._rng.random() < self.fail_fraction))
             if fail:
@@ -73,6 +79,13 @@ class Faults:
 
     def __hash__(self) -> int:  # fsspec tokenizes storage options
         return id(self)
+
+
+def _body_view(body: Any) -> memoryview:
+    """The bytes of a request body: bytes-like, or a file-like with getbuffer()."""
+    if hasattr(body, "getbuffer"):
+        return memoryview(body.getbuffer()).cast("B")
+    return memoryview(body).cast("B")
 
 
 class _WriteFile:
@@ -97,6 +110,13 @@ class _WriteFile:
 
     def close(self) -> None:
         self.inner.close()
+
+    def discard(self) -> None:
+        """Drops a half-written object (when the target can), else closes it."""
+        if hasattr(self.inner, "discard"):
+            self.inner.discard()
+        else:
+            self.inner.close()
 
     def __enter__(self) -> "_WriteFile":
         return self
@@ -133,10 +153,11 @@ class FaultyFileSystem(ChainedFileSystem):
         self.faults.request(kind, f"{method} {kwargs.get('Key', '')}"
                             + (f" part {kwargs['PartNumber']}" if "PartNumber" in kwargs else ""))
         if body is not None and self.faults.cut_writes_to is not None:
-            kwargs["Body"] = bytes(memoryview(body).cast("B")[: int(len(body) * self.faults.cut_writes_to)])
+            view = _body_view(body)
+            kwargs["Body"] = bytes(view[: int(len(view) * self.faults.cut_writes_to)])
         if body is not None:
             with self.faults._lock:
-                self.faults.bytes_written += len(kwargs["Body"])
+                self.faults.bytes_written += len(_body_view(kwargs["Body"]))
         return await self.target._call_s3(method, *args, **kwargs)
 
     def unstrip_protocol(self, path: str) -> str:

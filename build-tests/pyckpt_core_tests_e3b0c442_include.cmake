@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-tests/pyckpt_core_tests_e3b0c442_tests.cmake")
-  include("/work/main/build-tests/pyckpt_core_tests_e3b0c442_tests.cmake")
-else()
-  add_test(pyckpt_core_tests_NOT_BUILT pyckpt_core_tests_NOT_BUILT)
-endif()
