@@ -15,9 +15,8 @@ Public API (see API.md / README.md):
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from . import dist
+from ._version import __version__
 from .checkpoint_reader import (
     CheckpointReader,
     latest_checkpoint,

@@ -3,13 +3,13 @@ list_variables, load_variable and latest_checkpoint."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from .engine.reader import OpenCheckpoint, open_checkpoint
 from .format import run
+from .format.source import CheckpointSource
+from .sources import open_source
 from .storage import resolve
 
 __all__ = ["CheckpointReader", "load_checkpoint", "list_variables", "load_variable",
@@ -17,76 +17,86 @@ __all__ = ["CheckpointReader", "load_checkpoint", "list_variables", "load_variab
 
 
 class CheckpointReader:
-    """Read access to one committed checkpoint. Only the index is read when it is
-    opened; ``get_tensor`` reads just that tensor's bytes."""
+    """Read access to one committed checkpoint, of any format ``open_source`` opens.
+    Only the index is read when it is opened; ``get_tensor`` reads just that
+    tensor's bytes."""
 
-    def __init__(self, ck: OpenCheckpoint) -> None:
-        self._ck = ck
+    def __init__(self, src: CheckpointSource) -> None:
+        self._src = src
+        self._ck = src  # the name tests and debugging sessions of 0.1 know
 
     @property
     def path(self) -> str:
         """The resolved checkpoint path (a directory argument resolves to its latest)."""
-        return self._ck.url
+        return self._src.url
+
+    @property
+    def source(self) -> CheckpointSource:
+        """The opened checkpoint behind this reader (the format interface)."""
+        return self._src
 
     @property
     def metadata(self) -> dict:
         """The user metadata given to save."""
-        return self._ck.manifest.metadata
+        return self._src.metadata
 
     @property
     def object_graph(self) -> dict | None:
         """The stored object graph of an object-based checkpoint (docs/FORMAT.md)."""
-        return self._ck.manifest.graph
+        return self._src.graph
 
     def keys(self) -> list[str]:
-        return sorted(self._ck.manifest.keys)
+        """Every key, sorted."""
+        return sorted(self._src.keys)
 
     def has_tensor(self, key: str) -> bool:
-        return key in self._ck.manifest.index
+        return key in self._src.index
 
     def __contains__(self, key: object) -> bool:
-        return key in self._ck.manifest.index
+        return key in self._src.index
 
     def get_variable_to_shape_map(self) -> dict[str, tuple[int, ...]]:
-        m = self._ck.manifest
-        return dict(sorted(zip(m.keys, m.shapes)))  # keys are unique: shapes never compared
+        src = self._src
+        return {src.keys[i]: src.shape(i) for i in _sorted_order(src.keys)}
 
     def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
-        m = self._ck.manifest
-        return {m.keys[i]: m.dtype(i) for i in _sorted_order(m.keys)}
+        src = self._src
+        return {src.keys[i]: src.dtype(i) for i in _sorted_order(src.keys)}
 
     def get_tensor(self, key: str) -> np.ndarray:
-        from .flat import read_values
-
-        return read_values(self._ck, [key])[key]
+        """The verified value of one tensor (reads only its bytes)."""
+        return self._src.read_new([self._src.index_of(key)])[0]
 
     def nbytes(self) -> int:
-        m = self._ck.manifest
-        return sum(math.prod(s) * m.dtype(i).itemsize for i, s in enumerate(m.shapes))
+        """Bytes of every value."""
+        return self._src.nbytes()
 
     def verify(self) -> None:
         """Reads every stored byte and checks every checksum; raises
         CorruptCheckpointError (naming key, file and byte range) on the first failure."""
-        self._ck.verify()
+        self._src.verify()
 
     def __repr__(self) -> str:
-        return f"<CheckpointReader {self.path!r}: {len(self._ck.manifest.tensors)} tensors>"
+        return f"<CheckpointReader {self.path!r}: {len(self._src.keys)} tensors>"
 
 
 def load_checkpoint(path: Any, *, storage_options: dict | None = None) -> CheckpointReader:
-    return CheckpointReader(open_checkpoint(path, storage_options))
+    """A reader of the checkpoint at path (a directory resolves to its latest)."""
+    return CheckpointReader(open_source(path, storage_options))
 
 
 def list_variables(path: Any, *, storage_options: dict | None = None) -> list[tuple[str, tuple[int, ...]]]:
-    m = open_checkpoint(path, storage_options).manifest
-    return sorted(zip(m.keys, m.shapes))  # keys are unique: shapes are never compared
+    """(key, shape) of every tensor, sorted by key."""
+    src = open_source(path, storage_options)
+    return [(src.keys[i], src.shape(i)) for i in _sorted_order(src.keys)]
 
 
 def load_variable(path: Any, key: str, *, storage_options: dict | None = None) -> np.ndarray:
+    """The value of one tensor."""
     return load_checkpoint(path, storage_options=storage_options).get_tensor(key)
 
 
-def _sorted_order(keys: list[str]) -> list[int]:
+def _sorted_order(keys: Sequence[str]) -> list[int]:
     return sorted(range(len(keys)), key=keys.__getitem__)
 
 

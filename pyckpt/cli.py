@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._version import __version__
 from .commands import cp, diff, inspect_cmd, ls, verify
 
 
@@ -15,7 +16,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
 
     parser = argparse.ArgumentParser(
         prog="pyckpt", description="Inspect, verify, compare and copy pyckpt checkpoints "

@@ -19,6 +19,15 @@ __all__ = [
 ]
 
 
+def add_note(exc: BaseException, note: str) -> None:
+    """Attaches a note (PEP 678) to an exception, shown under its traceback: how a
+    failure's cleanup or outcome is reported without replacing the failure."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python < 3.11: kept where 3.11's traceback would look for it
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
 class CheckpointError(Exception):
     """Base class of every error pyckpt raises about a checkpoint."""
 

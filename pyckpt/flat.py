@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import fnmatch
-import os
 from typing import Any, Callable, Iterable, Mapping
 
-import numpy as np
-
 from . import progress as _progress
-from .errors import CheckpointKeyError
-from .engine.reader import OpenCheckpoint, open_checkpoint
 from .engine.writer import save_tensors
+from .errors import CheckpointKeyError, CorruptCheckpointError
+from .format.source import CheckpointSource
+from .load_into import load_into
+from .sources import open_source
 from .storage import resolve
 from .tree import flatten, nest_flat, rebuild_leaf, skeleton_leaves, unflatten, validate_key
-from .variables import Variable
 
 __all__ = ["save", "load"]
 
@@ -115,68 +113,36 @@ def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
          mmap: bool = False, storage_options: dict | None = None, comm: Any = None,
          progress: Callable[[int, int], Any] | None = None) -> Any:
-    """Loads a checkpoint (see API.md section 5 for every mode).
+    """Loads a checkpoint (see docs/API.md, "load", for every mode).
 
-    ``progress(bytes_done, bytes_total)`` is called from a monitor thread while
-    tensors are read (``total`` counts the bytes of the selected tensors).
-    A path ending in ``.safetensors`` reads that safetensors file the same ways."""
-    from .interop import safetensors as _st
-
-    plain = os.fspath(path) if isinstance(path, os.PathLike) else path
-    if _st.is_safetensors_path(plain):
-        return _st.load(plain, into, select, key_map, mmap, storage_options)
-    ck = open_checkpoint(path, storage_options)
-    keys = list(ck.manifest.tensors)
+    ``path`` is anything ``open_source`` opens: a pyckpt checkpoint (a directory
+    resolves to its latest), or a ``.safetensors`` file. ``progress(bytes_done,
+    bytes_total)`` is called from a monitor thread while tensors are read
+    (``total`` counts the bytes of the selected tensors)."""
+    src = open_source(path, storage_options)
+    keys = list(src.keys)
     if select is not None:
         keys = select_keys(keys, select)
     mapping = map_keys(keys, key_map)
-    if progress is not None:
-        m = ck.manifest
-        total = sum(int(m.blocks.nbytes[m.blocks.tensor_begin[m.index[k]]:
-                                        m.blocks.tensor_begin[m.index[k] + 1]].sum())
-                    for k in mapping)
-        with _progress.reporting(progress, total):
-            return _load(ck, into, select, key_map, mapping, mmap)
-    return _load(ck, into, select, key_map, mapping, mmap)
+    total = src.nbytes([src.index[k] for k in mapping]) if progress is not None else 0
+    with _progress.reporting(progress, total):
+        if into is not None:
+            return load_into(src, into, mapping)
+        return _load_new(src, select, key_map, mapping, mmap)
 
 
-def _load(ck: OpenCheckpoint, into: Any, select: Any, key_map: Any, mapping: dict[str, str],
-          mmap: bool) -> Any:
-    if into is not None:
-        from .load_into import load_into
-
-        return load_into(ck, into, mapping)
-
-    tree = ck.manifest.tree
+def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[str, str],
+              mmap: bool) -> Any:
+    tree = src.tree
     kinds = skeleton_leaves(tree) if tree is not None else {}
     if select is None and key_map is None and tree is not None:
-        values = read_values(ck, list(kinds), mmap)
+        keys = list(kinds)
+        values = dict(zip(keys, src.read_new([src.index_of(k) for k in keys], mmap)))
         try:
             return unflatten(tree, values)
         except (KeyError, ValueError, TypeError) as e:
-            from .errors import CorruptCheckpointError
-
-            raise CorruptCheckpointError(f"checkpoint {ck.url}: malformed tree: {e}") from None
-    values = read_values(ck, list(mapping), mmap)
-    flat = {mapping[k]: rebuild_leaf(kinds.get(k, "ndarray"), v) for k, v in values.items()}
+            raise CorruptCheckpointError(f"checkpoint {src.url}: malformed tree: {e}") from None
+    keys = list(mapping)
+    arrays = src.read_new([src.index[k] for k in keys], mmap)
+    flat = {mapping[k]: rebuild_leaf(kinds.get(k, "ndarray"), v) for k, v in zip(keys, arrays)}
     return nest_flat(flat)
-
-
-def read_values(ck: OpenCheckpoint, keys: list[str], mmap: bool = False) -> dict[str, np.ndarray]:
-    """New arrays (or read-only mmap views) for the given keys, plain or sharded."""
-    m = ck.manifest
-    index = m.index
-    try:
-        idx = [index[k] for k in keys]
-    except KeyError:
-        idx = [ck.index_of(k) for k in keys]  # raises, naming the key
-    out: dict[str, np.ndarray] = {}
-    plain = idx if m.all_plain else [i for i in idx if m.is_plain(i)]
-    if plain:
-        arrays = ck.mmap(plain) if mmap else ck.read_new(plain)
-        out.update(zip((m.keys[i] for i in plain), arrays))
-    if len(plain) != len(idx):
-        from .engine.sharded_read import read_whole
-
-        out.update(read_whole(ck, [i for i in idx if not m.is_plain(i)]))
-    return {k: out[k] for k in keys}

@@ -12,9 +12,8 @@ from typing import Any, Callable, TypeAlias
 import numpy as np
 
 from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
-from .engine.reader import OpenCheckpoint
-from .flat import read_values
 from .errors import CheckpointKeyError
+from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, rebuild_leaf
 from .sharded import ShardedArray
 from .variables import Variable
@@ -97,22 +96,22 @@ def collect_targets(into: Any) -> list[Target]:
     return out
 
 
-def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
+def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str]) -> Any:
+    """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
+    target key). Every problem is reported, all at once, before any byte is read."""
     targets = collect_targets(into)
     source = {t: k for k, t in mapping.items()}
     missing = [t.key for t in targets if t.key not in source]
     if missing:
         raise CheckpointKeyError(
-            f"{len(missing)} key(s) of `into` are not in checkpoint {ck.url}: "
+            f"{len(missing)} key(s) of `into` are not in checkpoint {src.url}: "
             + ", ".join(map(repr, missing)))
     problems = []
-    m = ck.manifest
-    plain_idx, plain_dsts, fresh = [], [], []
-    sharded_jobs = []
+    idx, dsts, fresh = [], [], []
     swap: list[np.ndarray] = []  # targets in the other byte order, swapped once filled
     for t in targets:
-        i = ck.index_of(source[t.key])
-        shape, dtype = m.shapes[i], m.dtype(i)
+        i = src.index_of(source[t.key])
+        shape, dtype = src.shape(i), src.dtype(i)
         if t.sharded is not None:
             block = t.sharded
             if same_dtype(block.local.dtype, dtype) and block.local.dtype != dtype:
@@ -121,7 +120,8 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
                 if swapped:
                     swap.append(t.sharded.local)
             problems.extend(t.sharded.check_against(shape, dtype, t.key))
-            sharded_jobs.append((i, block))
+            idx.append(i)
+            dsts.append(block)
             continue
         if t.array is None:
             if shape != ():
@@ -139,25 +139,17 @@ def load_into(ck: OpenCheckpoint, into: Any, mapping: dict[str, str]) -> Any:
         dst, swapped = source_order_view(t.array, dtype)
         if swapped:
             swap.append(t.array)
-        if not m.is_plain(i):
-            sharded_jobs.append((i, dst))
-        else:
-            plain_idx.append(i)
-            plain_dsts.append(dst)
+        idx.append(i)
+        dsts.append(dst)
     if problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
-    scalars = read_values(ck, [m.keys[i] for _, i in fresh])
-    ck.read(plain_idx, plain_dsts)
-    if sharded_jobs:
-        from .engine.sharded_read import read_into_targets
-
-        read_into_targets(ck, sharded_jobs)
+    scalars = src.read_new([i for _, i in fresh])
+    src.read(idx, dsts)
     finish_byte_order(swap)
-    for t, i in fresh:
+    for (t, _), value in zip(fresh, scalars):
         assert t.setter is not None  # a target without an array is a leaf with a setter
-        t.setter(rebuild_leaf(t.kind, scalars[m.keys[i]]))
+        t.setter(rebuild_leaf(t.kind, value))
     for t in targets:
         if t.after is not None:
             t.after()
     return into
-

@@ -14,7 +14,7 @@ import contextvars
 import threading
 from typing import Callable, Iterator
 
-from . import _core
+from ._native import core as _core
 
 ProgressFn = Callable[[int, int], object]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError
 from ..interop import safetensors as st
 from .common import add_output_options, add_storage_options, emit_json, fail, parse_options, progress_bar
@@ -25,8 +26,6 @@ def run(args: argparse.Namespace) -> int:
             st.from_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
                                progress=callback)
         else:
-            from ..engine.copy import copy_checkpoint
-
             copy_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
                             progress=callback)
     except (CheckpointError, OSError, TypeError, ValueError) as e:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._dtypes import dtype_name
 from ..checkpoint_reader import load_checkpoint
 from .common import add_output_options, add_storage_options, emit_json, human, parse_options
 
@@ -32,7 +33,7 @@ def tensor_stats(arr: np.ndarray) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     reader = load_checkpoint(args.path, storage_options=parse_options(args.storage_option))
-    m = reader._ck.manifest
+    src = reader.source
     if args.key is not None:
         stats = {"key": args.key, **tensor_stats(reader.get_tensor(args.key))}
         if args.json:
@@ -42,15 +43,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{k:6s} {v}")
         return 0
     tensors: list[dict[str, Any]] = [
-        {"key": k, "dtype": m.dtype_names[i], "shape": list(m.shapes[i]),
-         "bytes": math.prod(m.shapes[i]) * m.dtype(i).itemsize,
-         "blocks": int(m.blocks.tensor_begin[i + 1] - m.blocks.tensor_begin[i])}
-        for i, k in enumerate(m.keys)]
-    graph = m.graph
+        {"key": k, "dtype": dtype_name(src.dtype(i)), "shape": list(src.shape(i)),
+         "bytes": math.prod(src.shape(i)) * src.dtype(i).itemsize, "blocks": src.blocks(i)}
+        for i, k in enumerate(src.keys)]
+    graph = src.graph
+    facts = src.describe()
     summary: dict[str, Any] = {
-        "path": reader.path, "format_version": 1, "chunk_size": m.chunk_size,
-        "files": [{"name": f.name, "bytes": f.size} for f in m.files],
-        "bytes": sum(t["bytes"] for t in tensors), "info": m.info, "metadata": m.metadata,
+        "path": reader.path, "format": src.format, **facts,
+        "bytes": sum(t["bytes"] for t in tensors), "info": src.info, "metadata": src.metadata,
         "object_graph": None if graph is None else {
             "nodes": len(graph["value"]), "values": sum(v is not None for v in graph["value"]),
             "root_edges": [e[0] for e in graph["children"][0]]},
@@ -59,14 +59,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(summary)
         return 0
+    info = src.info
     print(f"checkpoint  {summary['path']}")
-    print(f"size        {human(summary['bytes'])} in {len(tensors)} tensors, "
-          f"{len(m.files)} data file(s), checksum chunk {human(m.chunk_size)}")
-    if m.info:
-        print(f"written by  {m.info.get('library')} {m.info.get('version')}, attempt "
-              f"{m.info.get('attempt')}, {m.info.get('world_size', 1)} worker(s)")
-    if m.metadata:
-        print(f"metadata    {m.metadata}")
+    where = (f", {len(facts['files'])} data file(s), checksum chunk {human(facts['chunk_size'])}"
+             if "files" in facts else f" ({src.format})")
+    print(f"size        {human(summary['bytes'])} in {len(tensors)} tensors{where}")
+    if info:
+        print(f"written by  {info.get('library')} {info.get('version')}, attempt "
+              f"{info.get('attempt')}, {info.get('world_size', 1)} worker(s)")
+    if src.metadata:
+        print(f"metadata    {src.metadata}")
     if graph is not None:
         og = summary["object_graph"]
         print(f"objects     {og['nodes']} nodes, {og['values']} values; root edges: "

@@ -194,7 +194,10 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
         failed = [r for r in results if r.error]
         if failed:
             outcome = ("error", "\n".join(f"rank {r.rank}: {r.error}" for r in failed))
-            store.delete(store.join(path, f.name) for r in results for f in r.files)
+            try:  # best effort: a later save's orphan sweep removes what is left
+                store.delete(store.join(path, f.name) for r in results for f in r.files)
+            except OSError:
+                pass
         else:
             try:
                 manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,

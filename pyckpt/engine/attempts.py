@@ -28,7 +28,7 @@ from ..format import INDEX_NAME, decode_index
 from ..storage import Store
 from . import naming
 
-__all__ = ["FOREIGN_ATTEMPT_SECONDS", "pid_alive", "begin", "end", "sweep", "is_marker"]
+__all__ = ["FOREIGN_ATTEMPT_SECONDS", "pid_alive", "begin", "end", "is_live", "sweep", "is_marker"]
 
 MARKER_PREFIX = "pyckpt-attempt-"
 MARKER_SUFFIX = ".json"
@@ -96,6 +96,15 @@ def _live(store: Store, path: str, name: str, now: float) -> bool:
                 return name[len(MARKER_PREFIX):-len(MARKER_SUFFIX)] in _ACTIVE
         return pid_alive(pid)
     return isinstance(started, (int, float)) and now - started < FOREIGN_ATTEMPT_SECONDS
+
+
+def is_live(store: Store, path: str, attempt: str) -> bool:
+    """Whether save attempt ``attempt`` in ``path`` may still be running (its marker
+    exists and its process runs, or it was written elsewhere recently)."""
+    name = marker_name(attempt)
+    if name not in store.listdir(path):
+        return False
+    return _live(store, path, name, time.time())
 
 
 def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> list[str]:

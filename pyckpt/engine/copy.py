@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _core
+from .._native import core as _core
 from ..format import Manifest
 from ..format.manifest import FileEntry
 from ..storage import resolve

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .. import _core, progress
+from .. import progress
+from .._native import core as _core
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..format import INDEX_NAME, Manifest, TensorEntry, decode_index, run
+from ..format import FORMAT_VERSION, INDEX_NAME, Manifest, TensorEntry, decode_index, run
+from ..format.source import CheckpointSource
+from ..sharded import ShardedArray
 from ..storage import Store
 from . import naming
 from .options import DEFAULT, IOOptions
+from .sharded_read import read_into_targets, read_whole, verify_sharded
 
 __all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint"]
 
@@ -35,12 +39,15 @@ def resolve_checkpoint(store: Store, path: str) -> str:
     raise CheckpointNotFoundError(f"no checkpoint at {store.url(path)}")
 
 
-class OpenCheckpoint:
-    """A committed checkpoint with its validated manifest.
+class OpenCheckpoint(CheckpointSource):
+    """A committed checkpoint of pyckpt's format with its validated manifest: the
+    format interface (format/source.py) for pyckpt checkpoints, local or remote.
 
     Tensors are addressed by their index in ``manifest.keys``; the bulk read
     paths work on numpy columns so that 100,000 small tensors cost little.
     """
+
+    format = "pyckpt"
 
     def __init__(self, store: Store, path: str, manifest: Manifest,
                  options: IOOptions = DEFAULT) -> None:
@@ -60,18 +67,87 @@ class OpenCheckpoint:
             raise CheckpointNotFoundError(f"no committed checkpoint at {store.url(path)}") from None
         return cls(store, path, decode_index(data, store.url(index)), options)
 
+    # -- the format interface ------------------------------------------------------
     @property
     def url(self) -> str:
         return self.store.url(self.path)
 
-    def index_of(self, key: str) -> int:
-        from ..errors import CheckpointKeyError
+    @property
+    def keys(self) -> Sequence[str]:
+        return self.manifest.keys
 
-        try:
-            return self.manifest.index[key]
-        except KeyError:
-            raise CheckpointKeyError(f"key {key!r} not in checkpoint {self.url}") from None
+    @property
+    def index(self) -> Mapping[str, int]:
+        return self.manifest.index
 
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.manifest.shapes[i]
+
+    def dtype(self, i: int) -> np.dtype:
+        return self.manifest.dtype(i)
+
+    @property
+    def metadata(self) -> dict:
+        return self.manifest.metadata
+
+    @property
+    def tree(self) -> dict | None:
+        return self.manifest.tree
+
+    @property
+    def graph(self) -> dict | None:
+        return self.manifest.graph
+
+    @property
+    def info(self) -> dict:
+        return self.manifest.info
+
+    def describe(self) -> dict:
+        m = self.manifest
+        return {"format_version": FORMAT_VERSION, "chunk_size": m.chunk_size,
+                "files": [{"name": f.name, "bytes": f.size} for f in m.files]}
+
+    def blocks(self, i: int) -> int:
+        b = self.manifest.blocks
+        return int(b.tensor_begin[i + 1] - b.tensor_begin[i])
+
+    def nbytes(self, indices: Sequence[int] | None = None) -> int:
+        m = self.manifest
+        if indices is None:
+            return int(m.blocks.nbytes.sum())
+        b = m.blocks
+        idx = np.asarray(indices, dtype=np.int64)
+        if m.all_plain:
+            return int(b.nbytes[b.tensor_begin[idx]].sum())
+        return sum(int(b.nbytes[b.tensor_begin[i]:b.tensor_begin[i + 1]].sum())
+                   for i in idx.tolist())
+
+    def read(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+        m = self.manifest
+        if m.all_plain and not any(isinstance(d, ShardedArray) for d in dsts):
+            self.read_plain(indices, dsts)
+            return
+        plain, sharded = [], []
+        for i, d in zip(indices, dsts):
+            if m.is_plain(i) and not isinstance(d, ShardedArray):
+                plain.append((i, d))
+            else:
+                sharded.append((i, d))
+        self.read_plain([i for i, _ in plain], [d for _, d in plain])
+        if sharded:
+            read_into_targets(self, sharded)
+
+    def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:
+        m = self.manifest
+        if m.all_plain:
+            return self.mmap(indices) if mmap else self.read_new_plain(indices)
+        plain = [i for i in indices if m.is_plain(i)]
+        out = dict(zip(plain, self.mmap(plain) if mmap else self.read_new_plain(plain)))
+        rest = [i for i in indices if not m.is_plain(i)]
+        out.update(zip(rest, read_whole(self, rest)))
+        return [out[i] for i in indices]
+
+    # -- pyckpt's own ------------------------------------------------------------------
     def entry(self, key: str) -> TensorEntry:
         return self.manifest.entry(self.index_of(key))
 
@@ -133,8 +209,8 @@ class OpenCheckpoint:
                         crc_begin)
 
     # -- reads -----------------------------------------------------------------------
-    def read(self, indices: Sequence[int] | np.ndarray, dsts: Sequence[np.ndarray | None],
-             buffers: dict[int, Any] | None = None) -> None:
+    def read_plain(self, indices: Sequence[int] | np.ndarray, dsts: Sequence[np.ndarray | None],
+                   buffers: dict[int, Any] | None = None) -> None:
         """Reads whole (plain) tensors into dsts (None: verify only)."""
         if len(indices) == 0:
             return
@@ -161,19 +237,19 @@ class OpenCheckpoint:
     def new_array(self, i: int) -> np.ndarray:
         return np.empty(self.manifest.shapes[i], dtype=self.manifest.dtype(i))
 
-    def read_new(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
-        """Reads tensors into newly allocated arrays (file sizes checked first)."""
+    def read_new_plain(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+        """Reads plain tensors into newly allocated arrays (file sizes checked first)."""
         b = self.manifest.blocks
         j = b.tensor_begin[np.asarray(indices, dtype=np.int64)]
         self.check_files(np.unique(b.file[j][b.nbytes[j] > 0]).tolist())
         arrays = [self.new_array(i) for i in np.asarray(indices).tolist()]
-        self.read(indices, arrays)
+        self.read_plain(indices, arrays)
         return arrays
 
     def mmap(self, indices: Sequence[int] | np.ndarray, verify: bool = True) -> list[np.ndarray]:
         """Read-only arrays backed by the local files (checksums verified through the map)."""
         if not self.store.local:
-            return self.read_new(indices)
+            return self.read_new_plain(indices)
         p = self.plan(indices)
         used = np.unique(p.file[p.nbytes > 0]).tolist()
         self.check_files(used)
@@ -194,7 +270,7 @@ class OpenCheckpoint:
                                     offset=int(p.offset[k])).reshape(shape)
             out.append(arr)
         if verify:
-            self.read(indices, [None] * len(out), buffers=maps)
+            self.read_plain(indices, [None] * len(out), buffers=maps)
         return out
 
     def verify(self) -> None:
@@ -202,11 +278,9 @@ class OpenCheckpoint:
         m = self.manifest
         self.check_files(range(len(m.files)))
         plain = [i for i in range(len(m.keys)) if m.is_plain(i)]
-        self.read(plain, [None] * len(plain))
+        self.read_plain(plain, [None] * len(plain))
         sharded = [i for i in range(len(m.keys)) if not m.is_plain(i)]
         if sharded:
-            from .sharded_read import verify_sharded
-
             verify_sharded(self, sharded)
 
 

@@ -119,15 +119,15 @@ def _run(ck: Any, jobs: list[_Job]) -> None:
             np.copyto(j.out, src)
 
 
-def read_whole(ck: Any, indices: Sequence[int]) -> dict[str, np.ndarray]:
+def read_whole(ck: Any, indices: Sequence[int]) -> list[np.ndarray]:
     """Whole arrays assembled from their blocks (one process loading everything)."""
     m = ck.manifest
-    out, jobs = {}, []
+    out, jobs = [], []
     for i in indices:
         arr = np.empty(m.shapes[i], dtype=m.dtype(i))
         idx = BlockIndex(ck, i)
         jobs.extend(_jobs_for(ck, idx, (0,) * arr.ndim, arr.shape, arr))
-        out[m.keys[i]] = arr
+        out.append(arr)
     _run(ck, jobs)
     return out
 

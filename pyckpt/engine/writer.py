@@ -24,8 +24,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _core, progress
+from .. import progress
+from .._native import core as _core
+from .._version import __version__
 from .._dtypes import dtype_name, little_endian
+from ..errors import add_note
 from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
@@ -143,10 +146,19 @@ def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attemp
         else:
             crcs = store.write_shards(
                 paths, sizes, keys, arrays, file_idx, offsets, options)
-    except BaseException:
-        store.delete(paths)
+    except BaseException as e:
+        _discard(store, paths, e)
         raise
     return _written(names, sizes, file_idx, offsets, nbytes, crcs)
+
+
+def _discard(store: Store, paths: list[str], error: BaseException) -> None:
+    """Deletes a failed attempt's files; a failure to do so never hides ``error``."""
+    try:
+        store.delete(paths)
+    except Exception as cleanup:
+        add_note(error, f"pyckpt: deleting this attempt's files also failed: "
+                        f"{type(cleanup).__name__}: {cleanup}")
 
 
 def read_previous(store: Store, path: str) -> Manifest | None:
@@ -200,8 +212,6 @@ def abandon(store: Store, path: str, files: list[FileEntry], attempt: str) -> No
 
 
 def info(attempt: str, world_size: int = 1) -> dict:
-    from .. import __version__
-
     return {"library": "pyckpt", "version": __version__, "attempt": attempt,
             "created": time.time(), "world_size": world_size}
 
@@ -288,8 +298,8 @@ class StagedSave:
             else:
                 try:
                     crcs, _ = self.job.wait()
-                except BaseException:
-                    self.store.delete(self.paths)
+                except BaseException as e:
+                    _discard(self.store, self.paths, e)
                     raise
             data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
             return _finish(self.store, self.path, self.tensors, data, self.attempt, None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import struct
 
-from .. import _core
+from .._native import core as _core
 from ..errors import CorruptCheckpointError
 from .manifest import Manifest
 

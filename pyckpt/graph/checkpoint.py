@@ -7,10 +7,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..sources import open_source
 from ..variables import Variable
 from .keys import VALUE_SUFFIX
 from .object_graph import MISSING, traverse
 from .restore import LoadStatus, RestoreSession
+from .sources import SnapshotSource, StoredValues
 from .snapshot import Snapshot, take_snapshot
 from .trackable import Trackable
 
@@ -110,13 +112,9 @@ class Checkpoint(Trackable):
 
     # -- reading -----------------------------------------------------------------------
     def _source(self, save_path: Any, storage_options: dict | None) -> Any:
-        from .sources import CheckpointSource, SnapshotSource
-
         if isinstance(save_path, Snapshot):
             return SnapshotSource(save_path)
-        from ..engine.reader import open_checkpoint
-
-        return CheckpointSource(open_checkpoint(save_path, storage_options))
+        return StoredValues(open_source(save_path, storage_options))
 
     def restore(self, save_path: Any, *, storage_options: dict | None = None,
                 prefix_map: dict[str, str] | None = None) -> LoadStatus:

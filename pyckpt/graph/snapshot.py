@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _core
+from .._native import core as _core
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from .object_graph import StoredGraph, traverse
 from .trackable import Trackable

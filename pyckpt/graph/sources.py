@@ -1,4 +1,4 @@
-"""Where a restore reads values from: a committed checkpoint or a Snapshot."""
+"""Where a restore reads values from: an opened checkpoint (any format) or a Snapshot."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from .. import _core
+from .._native import core as _core
+from ..errors import CorruptCheckpointError
+from ..format.source import CheckpointSource
 from .object_graph import StoredGraph
 
 
@@ -20,44 +22,30 @@ class ValueSource(Protocol):
     def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None: ...
 
 
-class CheckpointSource:
-    """Values of a committed checkpoint, read on demand (lazily for deferred restores)."""
+class StoredValues:
+    """Values of an opened checkpoint (any format), read on demand (lazily for
+    deferred restores). Flat checkpoints act as a graph through their split keys."""
 
-    def __init__(self, ck: Any) -> None:
-        from ..errors import CorruptCheckpointError
-
-        self.ck = ck
-        m = ck.manifest
-        if m.graph is not None:
+    def __init__(self, src: CheckpointSource) -> None:
+        self.src = src
+        if src.graph is not None:
             def bad(what: str) -> Exception:
-                return CorruptCheckpointError(f"checkpoint {ck.url}: object graph: {what}")
+                return CorruptCheckpointError(f"checkpoint {src.url}: object graph: {what}")
 
-            self.graph = StoredGraph.from_json(m.graph, m.index, bad)
+            self.graph = StoredGraph.from_json(src.graph, src.index, bad)
         else:
-            self.graph = StoredGraph.from_keys(m.keys)
+            self.graph = StoredGraph.from_keys(src.keys)
 
     def describe(self) -> str:
-        return self.ck.url
+        return self.src.url
 
     def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
-        m = self.ck.manifest
-        i = m.index[key]  # graph values were validated against the keys
-        return m.shapes[i], m.dtype(i)
+        i = self.src.index[key]  # graph values were validated against the keys
+        return self.src.shape(i), self.src.dtype(i)
 
     def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
-        m = self.ck.manifest
-        index = m.index
-        idx = [index[k] for k in keys]
-        if m.all_plain:
-            self.ck.read(idx, dsts)
-            return
-        plain = [(i, d) for i, d in zip(idx, dsts) if m.is_plain(i)]
-        self.ck.read([i for i, _ in plain], [d for _, d in plain])
-        sharded = [(i, d) for i, d in zip(idx, dsts) if not m.is_plain(i)]
-        if sharded:
-            from ..engine.sharded_read import read_into_targets
-
-            read_into_targets(self.ck, sharded)
+        index = self.src.index
+        self.src.read([index[k] for k in keys], dsts)
 
 
 class SnapshotSource:

@@ -1,5 +1,6 @@
-"""safetensors files: reading (``pyckpt.load("model.safetensors")``), and
-conversion to and from pyckpt checkpoints (``pyckpt cp``).
+"""safetensors files: a checkpoint source (format/source.py), so that
+``pyckpt.load("model.safetensors")`` and every reader work on them, and
+conversion to and from any checkpoint (``pyckpt cp``).
 
 The format (https://github.com/huggingface/safetensors): an 8-byte
 little-endian header length N, N bytes of JSON mapping each tensor name to
@@ -14,12 +15,18 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .._dtypes import describe_dtypes, dtype_from_name, dtype_name, same_dtype
+from .._dtypes import dtype_from_name, dtype_name
+from .. import progress as _progress
+from ..engine.reader import open_checkpoint
+from ..engine.writer import save_tensors
 from ..errors import CorruptCheckpointError
+from ..format.source import CheckpointSource
+from ..sharded import ShardedArray
+from ..storage import Store, resolve
 
 MAX_HEADER = 100 << 20
 
@@ -37,10 +44,18 @@ def is_safetensors_path(path: Any) -> bool:
     return isinstance(path, str) and path.endswith(".safetensors")
 
 
-class SafetensorsFile:
-    """The validated header of a safetensors file in some store."""
+def detect(store: Store, path: str) -> bool:
+    """A path ending in ``.safetensors`` is read as a safetensors file."""
+    return is_safetensors_path(path)
 
-    def __init__(self, store: Any, path: str) -> None:
+
+class SafetensorsFile(CheckpointSource):
+    """A safetensors file in some store, its header validated when opened. It has
+    no checksums: reads check sizes and bounds only."""
+
+    format = "safetensors"
+
+    def __init__(self, store: Store, path: str) -> None:
         self.store, self.path = store, path
         url = store.url(path)
         size = store.size(path)
@@ -57,7 +72,7 @@ class SafetensorsFile:
         if not isinstance(header, dict):
             raise CorruptCheckpointError(f"{url}: the header is not a JSON object")
         meta = header.pop("__metadata__", None) or {}
-        self.metadata = {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+        self._metadata = {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
         self.data_start = 8 + n
         self.tensors: dict[str, tuple[np.dtype, tuple[int, ...], int, int]] = {}
         data_len = size - self.data_start
@@ -78,109 +93,110 @@ class SafetensorsFile:
                     f"do not hold {shape} {dtype.name} inside the file")
             self.tensors[key] = (dtype, shape, b, e)
 
-    def read(self, keys: Iterable[str], mmap: bool = False) -> dict[str, np.ndarray]:
-        keys = list(keys)
+        self._keys = list(self.tensors)
+        self._index = {k: i for i, k in enumerate(self._keys)}
+
+    @property
+    def url(self) -> str:
+        return self.store.url(self.path)
+
+    @property
+    def keys(self) -> Sequence[str]:
+        return self._keys
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        return self._index
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.tensors[self._keys[i]][1]
+
+    def dtype(self, i: int) -> np.dtype:
+        return self.tensors[self._keys[i]][0]
+
+    @property
+    def metadata(self) -> dict:
+        return self._metadata
+
+    @property
+    def tree(self) -> dict:
+        """A flat dict of every tensor under its own name (what the file holds)."""
+        return {"d": [[k, k] for k in self._keys]}
+
+    def describe(self) -> dict:
+        return {"header_bytes": self.data_start}
+
+    def read(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+        values = self.read_new(indices)
+        for v, d in zip(values, dsts):
+            if isinstance(d, ShardedArray):
+                v = v[tuple(slice(o, o + n) for o, n in zip(d.offsets, d.local.shape))]
+                d = d.local
+            np.copyto(d, v, casting="no")
+
+    def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:
+        keys = [self._keys[i] for i in indices]
         if mmap and self.store.local:
             raw = np.memmap(self.path, dtype=np.uint8, mode="r")
-            out = {}
+            out = []
             for k in keys:
                 dtype, shape, b, e = self.tensors[k]
-                out[k] = raw[self.data_start + b:self.data_start + e].view(dtype).reshape(shape)
+                out.append(raw[self.data_start + b:self.data_start + e].view(dtype).reshape(shape))
             return out
         ranges = [(self.data_start + self.tensors[k][2], self.data_start + self.tensors[k][3])
                   for k in keys]
-        out = {}
-        for k, data in zip(keys, self.store.read_ranges(self.path, ranges)):
-            dtype, shape, _, _ = self.tensors[k]
-            out[k] = np.frombuffer(data, dtype=dtype).reshape(shape).copy() if len(data) else \
-                np.zeros(shape, dtype=dtype)
-        return out
+        arrays = []
+        for k, data in zip(keys, self.store.read_ranges(self.path, ranges) if ranges else []):
+            dtype, shape, b, e = self.tensors[k]
+            if len(data) != e - b:
+                raise CorruptCheckpointError(f"{self.url}: tensor {k!r}: bytes "
+                                             f"[{self.data_start + b}, {self.data_start + e}) "
+                                             f"are cut short ({len(data)} read)")
+            arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape).copy() if len(data)
+                          else np.zeros(shape, dtype=dtype))
+        return arrays
 
-
-def load(path: Any, into: Any, select: Any, key_map: Any, mmap: bool,
-         storage_options: dict | None) -> Any:
-    """``pyckpt.load`` of a .safetensors file: the same modes as for checkpoints."""
-    from ..flat import map_keys, select_keys
-    from ..storage import resolve
-    from ..tree import nest_flat
-
-    store, p = resolve(path, storage_options)
-    st = SafetensorsFile(store, p)
-    keys = list(st.tensors)
-    if select is not None:
-        keys = select_keys(keys, select)
-    mapping = map_keys(keys, key_map)
-    if into is None:
-        values = st.read(mapping, mmap=mmap)
-        if select is None and key_map is None:
-            return values  # the saved structure: a flat dict
-        return nest_flat({mapping[k]: v for k, v in values.items()})
-    return _fill(st, into, mapping)
-
-
-def _fill(st: SafetensorsFile, into: Any, mapping: dict[str, str]) -> Any:
-    from ..errors import CheckpointKeyError
-    from ..load_into import collect_targets
-
-    source = {t: k for k, t in mapping.items()}
-    targets = collect_targets(into)
-    missing = [t.key for t in targets if t.key not in source]
-    if missing:
-        raise CheckpointKeyError(f"key(s) of `into` not in {st.store.url(st.path)}: "
-                                 + ", ".join(map(repr, missing)))
-    problems = []
-    for t in targets:
-        dtype, shape, _, _ = st.tensors[source[t.key]]
-        if t.array is None or tuple(t.array.shape) != shape or not same_dtype(t.array.dtype, dtype):
-            names = describe_dtypes(dtype, t.array.dtype) if t.array is not None else (dtype.name,)
-            problems.append(f"{t.key!r}: file has {shape} {names[0]}, target has "
-                            f"{None if t.array is None else (tuple(t.array.shape), names[1])}")
-    if problems:
-        raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
-    values = st.read(source[t.key] for t in targets)
-    for t in targets:
-        assert t.array is not None  # a target without an array is reported as a problem above
-        np.copyto(t.array, values[source[t.key]])
-    return into
+    def verify(self) -> None:
+        """Reads every tensor (safetensors has no checksums: sizes and bounds only)."""
+        for i in range(len(self._keys)):
+            self.read_new([i])
 
 
 def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                   dst_options: dict | None = None,
                   progress: Callable[[int, int], Any] | None = None) -> None:
-    """A safetensors file -> a pyckpt checkpoint (dtypes and metadata kept)."""
-    import pyckpt
-    from ..storage import resolve
-
-    store, p = resolve(src, src_options)
-    st = SafetensorsFile(store, p)
-    values = st.read(st.tensors)
-    pyckpt.save(values, dst, metadata={"safetensors": st.metadata} if st.metadata else None,
-                storage_options=dst_options, progress=progress)
+    """A safetensors file (a path, or an opened SafetensorsFile) -> a pyckpt
+    checkpoint (dtypes and metadata kept)."""
+    if not isinstance(src, CheckpointSource):
+        src = SafetensorsFile(*resolve(src, src_options))
+    values = src.read_new(range(len(src.keys)))
+    store, p = resolve(dst, dst_options)
+    with _progress.reporting(progress, sum(v.nbytes for v in values)):
+        save_tensors(store, p, list(zip(src.keys, values)),
+                     metadata={"safetensors": src.metadata} if src.metadata else None)
 
 
 def from_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     dst_options: dict | None = None,
                     progress: Callable[[int, int], Any] | None = None) -> None:
-    """A pyckpt checkpoint -> a safetensors file, tensor by tensor (verified reads)."""
-    from ..engine.reader import open_checkpoint
-    from ..flat import read_values
-    from ..storage import resolve
-
-    ck = open_checkpoint(src, src_options)
-    m = ck.manifest
-    unsupported = [f"{k} ({m.dtype_names[i]})" for i, k in enumerate(m.keys)
-                   if m.dtype_names[i] not in _NAMES]
+    """A checkpoint (a pyckpt path, or any opened source) -> a safetensors file,
+    tensor by tensor (verified reads)."""
+    if not isinstance(src, CheckpointSource):
+        src = open_checkpoint(src, src_options)
+    names = [dtype_name(src.dtype(i)) for i in range(len(src.keys))]
+    unsupported = [f"{k} ({n})" for k, n in zip(src.keys, names) if n not in _NAMES]
     if unsupported:
         raise TypeError("safetensors cannot hold these tensors: " + ", ".join(unsupported))
     header: dict[str, Any] = {}
-    meta = m.metadata.get("safetensors") if isinstance(m.metadata.get("safetensors"), dict) \
-        else {k: v if isinstance(v, str) else json.dumps(v) for k, v in m.metadata.items()}
+    md = src.metadata
+    meta = md.get("safetensors") if isinstance(md.get("safetensors"), dict) \
+        else {k: v if isinstance(v, str) else json.dumps(v) for k, v in md.items()}
     if meta:
         header["__metadata__"] = {str(k): str(v) for k, v in meta.items()}
     pos = 0
-    for i, k in enumerate(m.keys):
-        n = math.prod(m.shapes[i]) * m.dtype(i).itemsize
-        header[k] = {"dtype": _NAMES[m.dtype_names[i]], "shape": list(m.shapes[i]),
+    for i, k in enumerate(src.keys):
+        n = math.prod(src.shape(i)) * src.dtype(i).itemsize
+        header[k] = {"dtype": _NAMES[names[i]], "shape": list(src.shape(i)),
                      "data_offsets": [pos, pos + n]}
         pos += n
     body = json.dumps(header, separators=(",", ":")).encode()
@@ -189,13 +205,13 @@ def from_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     total, done = pos, 0
     with store.open_write(p) as f:
         f.write(struct.pack("<Q", len(body)) + body)
-        for k in m.keys:
-            arr = read_values(ck, [k])[k]
+        for i in range(len(src.keys)):
+            (arr,) = src.read_new([i])
             f.write(np.ascontiguousarray(arr).view(np.uint8).reshape(-1).data)
             done += arr.nbytes
             if progress is not None:
                 progress(done, total)
 
 
-__all__ = ["is_safetensors_path", "SafetensorsFile", "load", "to_checkpoint", "from_checkpoint",
-           "dtype_name"]
+__all__ = ["is_safetensors_path", "detect", "SafetensorsFile", "to_checkpoint",
+           "from_checkpoint", "dtype_name"]

@@ -23,7 +23,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
-from ..errors import CheckpointError, CheckpointIOError
+from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
 from ..storage import resolve
 from .async_save import AsyncSaver
@@ -33,11 +33,6 @@ from ..format.run import (Entry, ManagerState, check_checkpoint_name, check_step
                           committed_steps, parse_step, recover_state, write_state)
 
 _LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
-
-
-def _add_note(error: BaseException, note: str) -> None:
-    if hasattr(error, "add_note"):  # Python >= 3.11
-        error.add_note(note)
 
 
 @atexit.register
@@ -229,7 +224,7 @@ class CheckpointManager:
                 self._store.rmtree(path)
             except OSError:
                 pass
-        _add_note(error, f"{self._url(name)} was not saved by this call: "
+        add_note(error, f"{self._url(name)} was not saved by this call: "
                   + ("a committed checkpoint of that name exists and was left in place"
                      if committed else "nothing of it was left on storage"))
 
@@ -307,8 +302,13 @@ class CheckpointManager:
 
     def _delete(self, name: str) -> None:
         """Un-commits (index first) and removes one checkpoint; forgets the mark."""
-        check_step_name(name, self._name)  # never a path: see state.py
+        check_step_name(name, self._name)  # never a path: see format/run.py
         path = self._store.join(self._dir, name)
+        if self._store.is_link(path):  # a link placed in the run: remove the link only
+            self._store.delete([path])
+            if name in self._state.deleting:
+                self._state.deleting.remove(name)
+            return
         self._store.delete([self._store.join(path, INDEX_NAME)])
         self._store.sync_dir(path)
         self._store.rmtree(path)

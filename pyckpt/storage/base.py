@@ -61,6 +61,11 @@ class Store(abc.ABC):
     def mtime(self, path: str) -> float | None:
         return None
 
+    def is_link(self, path: str) -> bool:
+        """Whether path is a symbolic link (never on object stores). Deleting code
+        removes a link itself, never what it points to."""
+        return False
+
     # -- writes ------------------------------------------------------------------
     @abc.abstractmethod
     def makedirs(self, path: str) -> None: ...

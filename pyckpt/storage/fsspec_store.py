@@ -348,20 +348,9 @@ class FsspecStore(Store):
         """Whether a save attempt in ``prefix`` may still be running: False once its
         marker is gone (it committed or gave up) or belongs to a dead process; None if
         unknown (no marker protocol)."""
-        try:
-            from ..engine import attempts
-        except ImportError:
-            return None
-        marker_name = getattr(attempts, "marker_name", None)
-        live = getattr(attempts, "_live", None)
-        if marker_name is None:
-            return None
-        marker = marker_name(attempt)
-        if marker not in self.listdir(prefix):
-            return False
-        if live is None:
-            return None
-        return bool(live(self, prefix, marker, time.time()))
+        from ..engine import attempts  # TODO(issue 11): the engine passes this in
+
+        return attempts.is_live(self, prefix, attempt)
 
     def fetch(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return self.io.fetch(ranges)

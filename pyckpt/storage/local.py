@@ -63,6 +63,9 @@ class LocalStore(Store):
     def isdir(self, path: str) -> bool:
         return os.path.isdir(path)
 
+    def is_link(self, path: str) -> bool:
+        return os.path.islink(path)
+
     @_os_errors("list")
     def listdir(self, path: str) -> list[str]:
         try:

@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 import numpy as np
 
 from .. import _core, progress
-from ..errors import CheckpointIOError
+from ..errors import CheckpointIOError, add_note
 from .options import RemoteOptions
 from .retry import Attempt, Health, Operation, call_async, call_sync, current_attempt
 
@@ -216,14 +216,6 @@ def _gone(exc: BaseException | None) -> bool:
         return True
     text = f"{type(exc).__name__} {exc}"
     return "NoSuchUpload" in text or "NoSuchKey" in text
-
-
-def add_note(exc: BaseException, note: str) -> None:
-    """Attaches a note (PEP 678) to an exception; shown under its traceback."""
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    else:  # Python < 3.11: kept where 3.11's traceback would look for it
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 class _FsState:

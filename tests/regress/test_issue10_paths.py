@@ -104,3 +104,19 @@ def test_data_file_that_is_a_symlink_is_refused(tmp_path):
         pyckpt.load_checkpoint(str(path)).verify()
     with pytest.raises(CorruptCheckpointError, match="symbolic link"):
         pyckpt.load(str(path), mmap=True)
+
+
+def test_retention_of_a_linked_checkpoint_removes_the_link_only(tmp_path):
+    run = tmp_path / "run"
+    m = pyckpt.CheckpointManager(make_ckpt(), run, max_to_keep=1)
+    m.save()
+    m.close()
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(run / "ckpt-1", elsewhere)
+    os.symlink(elsewhere, run / "ckpt-1")        # the run's ckpt-1 now points outside
+    m = pyckpt.CheckpointManager(make_ckpt(), run, max_to_keep=1)
+    m.save(checkpoint_number=2)                  # retention retires ckpt-1
+    assert not os.path.lexists(run / "ckpt-1")
+    assert (elsewhere / "pyckpt.index").exists()  # what it pointed to is untouched
+    assert pyckpt.load_checkpoint(str(elsewhere)).get_tensor(
+        "v/.ATTRIBUTES/VARIABLE_VALUE").tolist() == [0, 1, 2, 3]

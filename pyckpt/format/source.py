@@ -1,0 +1,119 @@
+"""The format interface: what an opened checkpoint of any format offers.
+
+``load``, ``load_checkpoint``, ``Checkpoint.restore``, ``copy`` and every CLI
+command read through this interface and never look inside a format. Opening a
+path (``pyckpt.sources.open_source``) picks the implementation: pyckpt's own
+format (``engine/reader.py``, local or remote) or a safetensors file
+(``interop/safetensors.py``); a new format is one more implementation,
+registered with ``pyckpt.sources.register_format``.
+
+Tensors are addressed by their position ``i`` in ``keys`` (stored order):
+bulk paths handle 100,000 small tensors as columns, not objects. Every read
+checks what the format can check (pyckpt: every chunk's CRC-32C) before a value
+is returned, and raises CorruptCheckpointError naming the key, file and bytes.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CheckpointKeyError
+from ..sharded import ShardedArray
+
+__all__ = ["CheckpointSource", "Target"]
+
+#: Where a read puts one tensor: a whole array, or this worker's block of it.
+Target = "np.ndarray | ShardedArray"
+
+
+class CheckpointSource(abc.ABC):
+    """One opened, validated checkpoint (of some format). Thread-compatible: reads
+    may run concurrently, each from one thread."""
+
+    #: short format name shown to users ("pyckpt", "safetensors")
+    format: str = ""
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The checkpoint's path as the user would write it."""
+
+    @property
+    @abc.abstractmethod
+    def keys(self) -> Sequence[str]:
+        """Every tensor key, in stored order."""
+
+    @property
+    @abc.abstractmethod
+    def index(self) -> Mapping[str, int]:
+        """key -> position in ``keys``."""
+
+    @abc.abstractmethod
+    def shape(self, i: int) -> tuple[int, ...]:
+        """Global shape of tensor i."""
+
+    @abc.abstractmethod
+    def dtype(self, i: int) -> np.dtype:
+        """dtype of tensor i (little-endian as stored)."""
+
+    @property
+    def metadata(self) -> dict:
+        """The user metadata given to save (format-specific for foreign files)."""
+        return {}
+
+    @property
+    def tree(self) -> dict | None:
+        """The container skeleton of a flat save (docs/FORMAT.md section 8), if stored."""
+        return None
+
+    @property
+    def graph(self) -> dict | None:
+        """The object graph of an object-based save (docs/FORMAT.md section 9), if stored."""
+        return None
+
+    @property
+    def info(self) -> dict:
+        """Who wrote it and how (library, version, workers...), where known."""
+        return {}
+
+    def describe(self) -> dict:
+        """Format-specific facts for ``pyckpt inspect`` (files, chunk size...)."""
+        return {}
+
+    def blocks(self, i: int) -> int:
+        """How many stored blocks tensor i has (1 unless saved sharded)."""
+        return 1
+
+    @abc.abstractmethod
+    def read(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+        """Fills each target (an array of the tensor's shape, or a ShardedArray block
+        of it) with verified values; dtypes equal the stored ones (byte order is the
+        caller's business: ``_dtypes.source_order_view``)."""
+
+    @abc.abstractmethod
+    def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:
+        """Verified values in new arrays (``mmap``: read-only views of local files
+        where the format can map them, verified through the map)."""
+
+    @abc.abstractmethod
+    def verify(self) -> None:
+        """Reads everything and checks every checksum; raises on the first failure."""
+
+    # -- shared helpers ----------------------------------------------------------------
+    def index_of(self, key: str) -> int:
+        try:
+            return self.index[key]
+        except KeyError:
+            raise CheckpointKeyError(f"key {key!r} not in checkpoint {self.url}") from None
+
+    def nbytes(self, indices: Sequence[int] | None = None) -> int:
+        """Bytes of the given tensors' values (all by default)."""
+        idx = range(len(self.keys)) if indices is None else indices
+        return sum(math.prod(self.shape(i)) * self.dtype(i).itemsize for i in idx)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url!r}: {len(self.keys)} tensors>"
