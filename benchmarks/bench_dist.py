@@ -39,21 +39,21 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from harness import (GB, GiB, MiB, import_pyckpt, machine_info, optional_import, print_machine,
-                     rotated, run_threads, split_balanced, timed, touch_ballast, version_of,
-                     write_json)
+from harness import (GB, GiB, MiB, RAW_THREADS, Column, dist_version, import_pyckpt,
+                     machine_header, make_workdir, median_of, name_column, optional_import, parse,
+                     parser, print_errors, print_table, raw_pwrite, rotated, throughput,
+                     throughput_columns, timed, touch_ballast, usable_cpus, version_of,
+                     write_report)
 
 pyckpt = import_pyckpt()
 REPO = Path(__file__).resolve().parent.parent
 COLS = 4096          # columns of every sharded matrix (16 KiB rows)
 N_MATRICES = 4
-RAW_THREADS = 2      # as bench_local.py's raw limit
 
 # ---------------------------------------------------------------------------
 # the state: global layout and deterministic contents
@@ -256,23 +256,6 @@ def worker_main(args) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-def fsync_path(path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-PIECE = 8 * MiB      # pyckpt's default piece_size
-
-
 def _libc_sync_file_range():
     """libc's sync_file_range (Linux), or None: ``f(fd, offset, nbytes)`` starts the
     writeback of that range (SYNC_FILE_RANGE_WRITE) without waiting for it."""
@@ -292,42 +275,6 @@ def _libc_sync_file_range():
 SYNC_FILE_RANGE = _libc_sync_file_range()
 
 
-def raw_save(state: dict[str, np.ndarray], out: Path, early_writeback: bool) -> dict:
-    """bench_local.py's raw limit: RAW_THREADS threads, each pwrites its share of the
-    arrays (balanced by bytes) into its own file, then fsyncs it; then the directory.
-    With ``early_writeback``, each thread also starts the writeback of every PIECE
-    right after writing it (sync_file_range, as pyckpt's C++ writer does), so the
-    disk flushes while the rest is written. Returns when the pwrites ended."""
-    out.mkdir()
-    bins = split_balanced(state, RAW_THREADS)
-    t0 = time.perf_counter()
-    written = [0.0] * RAW_THREADS
-
-    def part(i: int) -> None:
-        fd = os.open(out / f"part{i}.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            offset = 0
-            for key in bins[i]:
-                view = memoryview(state[key]).cast("B")
-                if not early_writeback:
-                    _pwrite_all(fd, view, offset)
-                    offset += len(view)
-                    continue
-                for p in range(0, len(view), PIECE):
-                    piece = view[p:p + PIECE]
-                    _pwrite_all(fd, piece, offset)
-                    SYNC_FILE_RANGE(fd, offset, len(piece))
-                    offset += len(piece)
-            written[i] = time.perf_counter() - t0
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    run_threads(part, RAW_THREADS)
-    fsync_path(out)
-    return {"pwrite_s": max(written)}
-
-
 RAW_KINDS = {"raw": False, "raw-wb": True}   # name -> early writeback
 
 
@@ -335,10 +282,13 @@ def raw_round(state, base: Path, tag: str, nbytes: int, kind: str) -> dict:
     out = base / f"{kind}-{tag}"
     touch_ballast(nbytes)
     c0 = cpu_seconds()
-    seconds, info = timed(raw_save, state, out, RAW_KINDS[kind])
+    # bench_local.py's raw limit (harness.raw_pwrite), with early writeback: each thread
+    # starts the writeback of every 8 MiB piece it wrote (as pyckpt's C++ writer does)
+    seconds, raw = timed(raw_pwrite, state, out, RAW_THREADS,
+                         SYNC_FILE_RANGE if RAW_KINDS[kind] else None)
     cpu = cpu_seconds() - c0
     shutil.rmtree(out)
-    return {"kind": kind, "seconds": seconds, "pwrite_s": info["pwrite_s"], "cpu_s": cpu}
+    return {"kind": kind, "seconds": seconds, "pwrite_s": raw.pwrite_s, "cpu_s": cpu}
 
 
 def launch(mpiexec: str, n: int, threads: int | None, lay: dict, rounds: int, base: Path,
@@ -391,14 +341,9 @@ def round_summary(rnd: dict) -> dict:
     }
 
 
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def raw_medians(raws: list[dict]) -> dict[str, float]:
     kinds = dict.fromkeys(r["kind"] for r in raws)
-    return {k: med([r["seconds"] for r in raws if r["kind"] == k]) for k in kinds}
+    return {k: median_of([r["seconds"] for r in raws if r["kind"] == k]) for k in kinds}
 
 
 def summarize_configs(runs: list[dict], raws: list[dict], nbytes: int, cores: int) -> dict:
@@ -410,7 +355,7 @@ def summarize_configs(runs: list[dict], raws: list[dict], nbytes: int, cores: in
                                  "rounds": [], "pairs": {k: [] for k in raw_med}})
         per = [round_summary(r) for r in run["doc"]["rounds"]]
         s["rounds"].extend(per)
-        launch_med = med([p["save_max_s"] for p in per])
+        launch_med = median_of([p["save_max_s"] for p in per])
         for k, raw in run["raw"].items():   # fraction of the raw round just before the launch
             s["pairs"][k].append(raw["seconds"] / launch_med)
         s.setdefault("launch_wall_s", []).append(run["doc"]["launch_wall_s"])
@@ -421,18 +366,15 @@ def summarize_configs(runs: list[dict], raws: list[dict], nbytes: int, cores: in
             s["checked"] = True
     for key, s in out.items():
         t = [p["save_max_s"] for p in s["rounds"]]
-        s["median_s"] = med(t)
-        s["median_gbps"] = nbytes / s["median_s"] / GB
-        s["min_gbps"] = nbytes / max(t) / GB
-        s["max_gbps"] = nbytes / min(t) / GB
+        s.update(throughput(t, nbytes))
         s["n_rounds"] = len(t)
         s["vs"] = {k: v / s["median_s"] for k, v in raw_med.items()}
         s["vs_raw"] = s["vs"]["raw"]
         s["vs_disk"] = max(s["vs"].values())   # against the faster raw reference
-        s["pair_medians"] = {k: med(v) for k, v in s["pairs"].items()}
+        s["pair_medians"] = {k: median_of(v) for k, v in s["pairs"].items()}
         for f in ("write_max_s", "write_min_s", "local_plan_s", "plan_global_s", "commit_s",
                   "comm_last_writer_s", "overhead_s", "cpu_s"):
-            s[f"median_{f}"] = med([p[f] for p in s["rounds"]])
+            s[f"median_{f}"] = median_of([p[f] for p in s["rounds"]])
         s["busy"] = s["median_cpu_s"] / (s["median_s"] * cores)
     return out
 
@@ -562,16 +504,14 @@ def bench_local_plan(world: int, ntensors: int, runs: int) -> dict:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-gb", type=float, default=1.0, help="global state size in GiB (default 1)")
+    ap = parser(__doc__.split("\n\n")[0], size_help="global state size in GiB", rounds=3,
+                rounds_help="timed rounds per launch",
+                quick_help="128 MiB, workers 1 and 2, 1 launch x 2 rounds, small planner runs",
+                dir_help="where to write (default: a new temp dir under /tmp)",
+                json_help="also write raw times and summaries as JSON", seed=False)
     ap.add_argument("--workers", default="1,2,4", help="worker counts (default 1,2,4)")
     ap.add_argument("--launches", type=int, default=2,
                     help="launches per configuration, interleaved (default 2)")
-    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per launch (default 3)")
-    ap.add_argument("--dir", default=None, help="where to write (default: a new temp dir under /tmp)")
-    ap.add_argument("--json", default=None, help="also write raw times and summaries as JSON")
-    ap.add_argument("--quick", action="store_true",
-                    help="128 MiB, workers 1 and 2, 1 launch x 2 rounds, small planner runs")
     ap.add_argument("--no-save", action="store_true", help="skip the save scaling part")
     ap.add_argument("--no-planner", action="store_true", help="skip the planner part")
     ap.add_argument("--launch-timeout", type=float, default=300.0)
@@ -581,9 +521,8 @@ def parse_args(argv=None):
     ap.add_argument("--tag", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.size_gb, args.workers, args.launches, args.rounds = 0.125, "1,2", 1, 2
+    args = parse(ap, argv, quick={"size_gb": 0.125, "workers": "1,2", "launches": 1, "rounds": 2},
+                 positive=(), at_least_one=())
     args.worker_counts = [int(x) for x in args.workers.split(",") if x.strip()]
     return args
 
@@ -591,49 +530,48 @@ def parse_args(argv=None):
 RAW_LABELS = {"raw": "raw pwrite+fsync limit", "raw-wb": "raw + early writeback"}
 
 
+def _config_name(s: dict) -> str:
+    return f"save {s['workers']}w, threads={s['threads']}"
+
+
 def print_save_tables(configs: dict, raws: list[dict], nbytes: int, cores: int) -> None:
     raw_med = raw_medians(raws)
     kinds = list(raw_med)
-    print(f"\n== SAVE SCALING (state {nbytes / GiB:.3f} GiB; GB/s = state bytes / slowest "
-          f"worker's save time, medians over rounds)")
-    hdr = (f"  {'contender':<26} {'median GB/s':>11} {'min':>6} {'max':>6} {'median s':>9} "
-           f"{'rounds':>6} " + " ".join(f"{'vs ' + k:>9}" for k in kinds)
-           + " " + " ".join(f"{'pairs ' + k:>12}" for k in kinds) + f" {'busy':>5}")
-    print(hdr)
-    print("  " + "-" * (len(hdr) - 2))
-    for k in kinds:
+    rows = {}
+    for k in kinds:  # the raw references: every round before a launch
         rs = [r["seconds"] for r in raws if r["kind"] == k]
-        cpu = med([r["cpu_s"] for r in raws if r["kind"] == k])
-        print(f"  {RAW_LABELS[k]:<26} {nbytes / raw_med[k] / GB:>11.2f} {nbytes / max(rs) / GB:>6.2f} "
-              f"{nbytes / min(rs) / GB:>6.2f} {raw_med[k]:>9.3f} {len(rs):>6} "
-              + " ".join(f"{raw_med[j] / raw_med[k]:>9.2f}" for j in kinds) + " "
-              + " ".join(f"{'-':>12}" for _ in kinds) + f" {cpu / (raw_med[k] * cores):>5.0%}")
-    for key, s in configs.items():
-        name = f"save {s['workers']}w, threads={s['threads']}"
-        print(f"  {name:<26} {s['median_gbps']:>11.2f} {s['min_gbps']:>6.2f} {s['max_gbps']:>6.2f} "
-              f"{s['median_s']:>9.3f} {s['n_rounds']:>6} "
-              + " ".join(f"{s['vs'][k]:>9.2f}" for k in kinds) + " "
-              + " ".join(f"{s['pair_medians'][k]:>12.2f}" for k in kinds) + f" {s['busy']:>5.0%}")
+        cpu = median_of([r["cpu_s"] for r in raws if r["kind"] == k])
+        rows[RAW_LABELS[k]] = {**throughput(rs, nbytes), "n_rounds": len(rs),
+                               "vs": {j: raw_med[j] / raw_med[k] for j in kinds},
+                               "pair_medians": None, "busy": cpu / (raw_med[k] * cores)}
+    rows.update({_config_name(s): s for s in configs.values()})
+    print_table(f"== SAVE SCALING (state {nbytes / GiB:.3f} GiB; GB/s = state bytes / slowest "
+                f"worker's save time, medians over rounds)", rows, [
+        name_column(26), *throughput_columns(6),
+        Column("rounds", 6, lambda n, s: f"{s['n_rounds']}"),
+        *[Column(f"vs {k}", 9, lambda n, s, k=k: f"{s['vs'][k]:.2f}") for k in kinds],
+        *[Column(f"pairs {k}", 12, lambda n, s, k=k: "-" if s["pair_medians"] is None
+                 else f"{s['pair_medians'][k]:.2f}") for k in kinds],
+        Column("busy", 5, lambda n, s: f"{s['busy']:.0%}")])
     for k in kinds:
-        pw = med([r["pwrite_s"] for r in raws if r["kind"] == k])
+        pw = median_of([r["pwrite_s"] for r in raws if r["kind"] == k])
         print(f"  {RAW_LABELS[k]}: pwrites end after {pw:.3f} s (median), then fsync until "
               f"{raw_med[k]:.3f} s")
     print("  vs X: median throughput / X's median (over all its rounds); pairs X: median over launches "
           "of X's round right\n  before the launch / the launch's median save; busy: CPU seconds of "
           f"every thread of all workers / (time x {cores} cores)")
 
-    print("\n== WHERE THE TIME GOES (medians over rounds, seconds; per round the max over workers "
-          "unless noted)")
-    hdr = (f"  {'contender':<26} {'save':>7} {'write max':>9} {'write min':>9} {'overhead':>8} "
-           f"{'plan':>7} {'commit':>7} {'comm lat':>8} {'cpu':>6}")
-    print(hdr)
-    print("  " + "-" * (len(hdr) - 2))
-    for key, s in configs.items():
-        name = f"save {s['workers']}w, threads={s['threads']}"
-        print(f"  {name:<26} {s['median_s']:>7.3f} {s['median_write_max_s']:>9.3f} "
-              f"{s['median_write_min_s']:>9.3f} {s['median_overhead_s']:>8.3f} "
-              f"{s['median_local_plan_s'] + s['median_plan_global_s']:>7.4f} {s['median_commit_s']:>7.4f} "
-              f"{s['median_comm_last_writer_s']:>8.4f} {s['median_cpu_s']:>6.2f}")
+    def col(header: str, width: int, digits: int, *fields: str) -> Column:
+        return Column(header, width, lambda n, s: f"{sum(s[f] for f in fields):.{digits}f}")
+
+    print_table("== WHERE THE TIME GOES (medians over rounds, seconds; per round the max over "
+                "workers unless noted)", {_config_name(s): s for s in configs.values()}, [
+        name_column(26), col("save", 7, 3, "median_s"),
+        col("write max", 9, 3, "median_write_max_s"),
+        col("write min", 9, 3, "median_write_min_s"), col("overhead", 8, 3, "median_overhead_s"),
+        col("plan", 7, 4, "median_local_plan_s", "median_plan_global_s"),
+        col("commit", 7, 4, "median_commit_s"), col("comm lat", 8, 4, "median_comm_last_writer_s"),
+        col("cpu", 6, 2, "median_cpu_s")])
     print("  save: slowest worker's pyckpt.save; write: write_data (its blocks: CRC32C + pwrite + "
           "fsync, in the C++ core);\n  overhead = save - write max; plan: local_plan (max) + "
           "plan_global (rank 0); commit: manifest + index write (rank 0);\n  comm lat: time the "
@@ -701,10 +639,7 @@ def save_part(args, base: Path, cores: int) -> dict:
             tgt = f"; target >= 1.80x unless at the disk limit: {note}" if k.endswith("1->2") else ""
             at = ", ".join(f"{x:.2f}x {name}" for name, x in v["vs"].items())
             print(f"  {k:<24} {v['speedup']:.2f}x   (N workers at {at}){tgt}")
-    if errors:
-        print("\nfailed configurations:")
-        for k, v in errors.items():
-            print(f"  {k}: {v[:500]}")
+    print_errors(errors, "failed configurations", limit=500)
     return {"layout": lay, "state_bytes": nbytes, "raw_rounds": raws, "launches": runs,
             "summary": summary, "speedups": sp, "errors": errors,
             "checked_configs": sorted(checked)}
@@ -722,14 +657,16 @@ def planner_part(args) -> dict:
         lp_runs = 15
     res = bench_planner(sizes, runs_for)
     lp = bench_local_plan(1000, 1000, lp_runs)
-    hdr = (f"  {'workers x tensors':<18} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'runs':>5} "
-           f"{'us/block':>9} {'unpickle ms':>11} {'plan KiB':>9}")
-    print(hdr)
-    print("  " + "-" * (len(hdr) - 2))
-    for name, r in res.items():
-        print(f"  {name:<18} {r['median_s'] * 1e3:>10.1f} {r['min_s'] * 1e3:>8.1f} {r['max_s'] * 1e3:>8.1f} "
-              f"{r['runs']:>5} {r['median_s'] / (r['workers'] * r['tensors']) * 1e6:>9.3f} "
-              f"{r['unpickle_s'] * 1e3:>11.1f} {r['plan_pickle_bytes'] / 1024:>9.1f}")
+    print_table(None, res, [
+        name_column(18, "workers x tensors"),
+        *[Column(f"{label} ms", width, lambda n, r, f=f: f"{r[f] * 1e3:.1f}")
+          for label, width, f in (("median", 10, "median_s"), ("min", 8, "min_s"),
+                                  ("max", 8, "max_s"))],
+        Column("runs", 5, lambda n, r: f"{r['runs']}"),
+        Column("us/block", 9,
+               lambda n, r: f"{r['median_s'] / (r['workers'] * r['tensors']) * 1e6:.3f}"),
+        Column("unpickle ms", 11, lambda n, r: f"{r['unpickle_s'] * 1e3:.1f}"),
+        Column("plan KiB", 9, lambda n, r: f"{r['plan_pickle_bytes'] / 1024:.1f}")])
     print(f"  local_plan, 1 worker x {lp['tensors']} tensors: median {lp['median_s'] * 1e3:.1f} ms "
           f"(min {lp['min_s'] * 1e3:.1f}, max {lp['max_s'] * 1e3:.1f}, {lp['runs']} runs)")
     big = res.get("1000 x 1000")
@@ -750,14 +687,13 @@ def main(argv=None) -> int:
         print("pyckpt is not importable (build the extension or pip install -e .)")
         return 1
     mpi4py = optional_import("mpi4py")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    root = Path(tempfile.mkdtemp(prefix="pyckpt-bench-dist-", dir=args.dir))
-    meta = machine_info(str(root), {"pyckpt": version_of(pyckpt), "mpi4py": version_of(mpi4py),
-                                    "mpich": _mpich_version()})
-    print_machine(meta)
+    cores = usable_cpus()
+    root = make_workdir(args.dir, prefix="pyckpt-bench-dist-")
+    # the mpich wheel's version without initializing MPI here (workers run under mpiexec)
+    meta = machine_header(str(root), {"pyckpt": version_of(pyckpt), "mpi4py": version_of(mpi4py),
+                                      "mpich": dist_version("mpich")})
     t0 = time.perf_counter()
-    doc = {**meta, "args": {k: v for k, v in vars(args).items()
-                            if k not in ("worker", "layout", "tag", "out", "check")}}
+    doc = {}
     try:
         if not args.no_save:
             doc["save"] = save_part(args, root, cores)
@@ -766,20 +702,9 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
-    if args.json:
-        write_json(args.json, doc)
+    write_report(args.json, meta, {k: v for k, v in vars(args).items()
+                                   if k not in ("worker", "layout", "tag", "out", "check")}, **doc)
     return 0
-
-
-def _mpich_version() -> str | None:
-    """The mpich wheel's version (without initializing MPI in this process: its
-    children are launched with mpiexec)."""
-    try:
-        from importlib.metadata import version
-
-        return version("mpich")
-    except Exception:  # noqa: BLE001
-        return None
 
 
 if __name__ == "__main__":

@@ -21,14 +21,10 @@ See benchmarks/README.md for how to read the output.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import gc
 import os
 import shutil
-import statistics
 import sys
-import tempfile
 import time
 import warnings
 import zlib
@@ -37,11 +33,13 @@ from typing import Callable
 
 import numpy as np
 
-from harness import (
-    make_workdir, GB, GiB, MiB, Column, PeakMemory, Results, import_pyckpt, machine_info,
-                     name_column, optional_import, print_machine, print_pairs, print_table,
-                     rotated, run_contender, run_threads, split_balanced, summarize,
-                     throughput_columns, timed, touch_ballast, version_of, write_json)
+from harness import (GiB, MiB, RAW_THREADS, Column, Group, PeakMemory, RawFiles, Results, Scratch,
+                     Step, apply_torch_threads, fsync_path, import_pyckpt, kind_column,
+                     machine_header, make_workdir, name_column, optional_import, parse, parser,
+                     print_errors, print_plan, print_table, raw_pwrite, run_interleaved,
+                     run_threads, state_text, summarize, throughput, throughput_columns, timed,
+                     touch_ballast, touched_like, verify_tree, version_of, write_report,
+                     zero_first_round)
 from model_state import build_state, describe_state
 
 pyckpt = import_pyckpt()
@@ -77,14 +75,6 @@ def library_versions() -> dict:
 # ---------------------------------------------------------------------------
 # OS helpers: durability, page cache, CPU pinning
 # ---------------------------------------------------------------------------
-
-
-def fsync_path(path: str | os.PathLike) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(root: str | os.PathLike) -> None:
@@ -150,18 +140,6 @@ def pin_to_one_cpu() -> Callable[[], None]:
 # raw limit: 2 threads, pwrite / preadv, no format at all
 # ---------------------------------------------------------------------------
 
-RAW_THREADS = 2
-
-
-def _bytes_view(a: np.ndarray) -> memoryview:
-    return memoryview(a).cast("B")
-
-
-def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
 
 def _preadv_all(fd: int, view: memoryview, offset: int) -> None:
     while view:
@@ -171,38 +149,11 @@ def _preadv_all(fd: int, view: memoryview, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-@dataclasses.dataclass
-class RawHandle:
-    root: Path
-    files: list[Path]
-    plans: list[list[tuple[str, int, tuple, np.dtype]]]  # per file: key, offset, shape, dtype
+def raw_save(state, out: Path, ctx) -> RawFiles:
+    return raw_pwrite(state, out, RAW_THREADS)  # harness.py: 2 threads pwrite + fsync
 
 
-def raw_save(state, out: Path, ctx) -> RawHandle:
-    out.mkdir()
-    bins = split_balanced(state, RAW_THREADS)
-    files = [out / f"part{i}.bin" for i in range(RAW_THREADS)]
-    plans: list[list] = [[] for _ in range(RAW_THREADS)]
-
-    def write_part(i: int) -> None:
-        fd = os.open(files[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            offset = 0
-            for key in bins[i]:
-                a = state[key]
-                _pwrite_all(fd, _bytes_view(a), offset)
-                plans[i].append((key, offset, a.shape, a.dtype))
-                offset += a.nbytes
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    run_threads(write_part, RAW_THREADS)
-    fsync_path(out)
-    return RawHandle(out, files, plans)
-
-
-def raw_load(h: RawHandle, ctx) -> dict[str, np.ndarray]:
+def raw_load(h: RawFiles, ctx) -> dict[str, np.ndarray]:
     # Allocate every array up front in the calling thread (as a library would, and so
     # that the arrays do not land in per-thread malloc arenas), then read in parallel.
     out = {key: np.empty(shape, dtype) for plan in h.plans for key, _, shape, dtype in plan}
@@ -211,7 +162,7 @@ def raw_load(h: RawHandle, ctx) -> dict[str, np.ndarray]:
         fd = os.open(h.files[i], os.O_RDONLY)
         try:
             for key, offset, _, _ in h.plans[i]:
-                _preadv_all(fd, _bytes_view(out[key]), offset)
+                _preadv_all(fd, memoryview(out[key]).cast("B"), offset)
         finally:
             os.close(fd)
 
@@ -361,11 +312,7 @@ class Context:
 
 
 def make_context(state: dict[str, np.ndarray]) -> Context:
-    into = {}
-    for k, a in state.items():
-        b = np.empty_like(a)
-        b.fill(0)  # touch the pages now, not inside a timed load
-        into[k] = b
+    into = touched_like(state)  # pages touched now, not inside a timed load
     ctx = Context(state, sum(a.nbytes for a in state.values()), into)
     if torch is not None:
         ctx.torch_tensors = {k: torch.from_numpy(a) for k, a in state.items()}
@@ -378,75 +325,54 @@ def make_context(state: dict[str, np.ndarray]) -> Context:
 # ---------------------------------------------------------------------------
 
 
-def verify(result, state: dict[str, np.ndarray]) -> None:
-    """The loaded tree must hold exactly the saved arrays (checked in round 0 only)."""
-    if set(result) != set(state):
-        missing = set(state) - set(result)
-        extra = set(result) - set(state)
-        raise AssertionError(f"keys differ: missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}")
-    for k, a in state.items():
-        b = result[k]
-        if torch is not None and isinstance(b, torch.Tensor):
-            b = b.numpy()
-        b = np.asarray(b)
-        if b.shape != a.shape or b.dtype != a.dtype or not np.array_equal(a, b):
-            raise AssertionError(f"tensor {k!r} differs after load")
-
-
 PHASES = ("save", "load (warm cache)", "load (cold cache)")
 
 
-def run_rounds(formats: list[Format], ctx: Context, rounds: int, workdir: Path,
-               cold: bool, verbose: bool = True) -> Results:
-    res = Results(PHASES)
-    for fmt in formats:
-        res.meta[fmt.name] = {"phase": "save", "limit": fmt.is_limit, "pyckpt": fmt.is_pyckpt,
-                              "compare_to": None if fmt.is_pyckpt else PYCKPT_SAVE}
-        for ls in fmt.loads:
-            res.meta[ls.name] = {"phase": "load", "limit": fmt.is_limit, "pyckpt": fmt.is_pyckpt,
-                                 "kind": ls.kind, "compare_to": ls.compare_to}
-            if ls.cold and cold:
-                res.meta[ls.name + " [cold]"] = {
-                    "phase": "load_cold", "limit": fmt.is_limit, "pyckpt": fmt.is_pyckpt,
-                    "kind": ls.kind,
-                    "compare_to": ls.compare_to and ls.compare_to + " [cold]"}
+def format_group(fmt: Format, ctx: Context, scratch: Scratch, cold: bool) -> Group:
+    """One format's save, its warm-cache loads (the first reads the files once before its
+    ballast), then its cold-cache loads (page cache dropped after the ballast); the saved
+    output is removed after the group. Round 1's warm loads are checked against the state."""
+    handles: dict = {}
 
-    for rnd in range(rounds):
-        order = rotated(formats, rnd)
-        t_round = time.perf_counter()
-        for fmt in order:
-            out = workdir / f"r{rnd}-{fmt.name.replace(' ', '_').replace('.', '_')}"
-            shutil.rmtree(out, ignore_errors=True)
-            touch_ballast(ctx.nbytes)
-            handle = run_contender(res, "save", fmt.name, rnd, fmt.save, ctx.state, out, ctx)
-            if handle is not None:
-                warm_read(out)
-                for ls in fmt.loads:
-                    check = None
-                    if rnd == 0:  # verify the first load of each contender
-                        check = lambda r: verify(r, ctx.state)  # noqa: E731
-                        if ls.kind == "into":  # buffers are shared: clear what a peer left
-                            for b in ctx.into_numpy.values():
-                                b.fill(0)
-                    touch_ballast(ctx.nbytes)
-                    loaded = run_contender(res, "load (warm cache)", ls.name, rnd, ls.fn, handle, ctx,
-                                           check=check)
-                    del loaded
-                if cold:
-                    for ls in fmt.loads:
-                        if not ls.cold:
-                            continue
-                        touch_ballast(ctx.nbytes)
-                        drop_caches()
-                        loaded = run_contender(res, "load (cold cache)", ls.name + " [cold]", rnd,
-                                               ls.fn, handle, ctx)
-                        del loaded
-            gc.collect()
-            shutil.rmtree(out, ignore_errors=True)
-        if verbose:
-            print(f"  round {rnd + 1}/{rounds} done in {time.perf_counter() - t_round:.1f} s "
-                  f"(order: {', '.join(f.name for f in order)})", flush=True)
-    return res
+    def save():
+        handles["h"] = fmt.save(ctx.state, scratch[fmt.name], ctx)
+        return handles["h"]
+
+    def prepare_for(first: bool, into: bool):
+        def prepare(rnd: int) -> None:
+            if first:
+                warm_read(scratch[fmt.name])
+            if into:  # buffers are shared: clear what a peer left before the checked round
+                zero_first_round(ctx.into_numpy)(rnd)
+        return prepare
+
+    def load(ls: LoadSpec):
+        return lambda: ls.fn(handles["h"], ctx)
+
+    meta = {"limit": fmt.is_limit, "pyckpt": fmt.is_pyckpt}
+    steps = [Step(fmt.name, "save", save,
+                  meta={**meta, "compare_to": None if fmt.is_pyckpt else PYCKPT_SAVE})]
+    steps += [Step(ls.name, "load (warm cache)", load(ls),
+                   prepare=prepare_for(i == 0, ls.kind == "into"),
+                   check=lambda r: verify_tree(r, ctx.state), required=False,
+                   meta={**meta, "kind": ls.kind, "compare_to": ls.compare_to})
+              for i, ls in enumerate(fmt.loads)]
+    if cold:
+        steps += [Step(ls.name + " [cold]", "load (cold cache)", load(ls),
+                       after_ballast=drop_caches, required=False,
+                       meta={**meta, "kind": ls.kind,
+                             "compare_to": ls.compare_to and ls.compare_to + " [cold]"})
+                  for ls in fmt.loads if ls.cold]
+    hooks = scratch.hooks(fmt.name, fmt.name.replace(' ', '_').replace('.', '_'))
+    return Group(fmt.name, steps, **hooks)
+
+
+def run_rounds(formats: list[Format], ctx: Context, rounds: int, workdir: Path,
+               cold: bool) -> Results:
+    scratch = Scratch(lambda rnd, slug: workdir / f"r{rnd}-{slug}",
+                      lambda path: shutil.rmtree(path, ignore_errors=True))
+    return run_interleaved([format_group(f, ctx, scratch, cold) for f in formats], rounds,
+                           ctx.nbytes, Results(PHASES))
 
 
 # ---------------------------------------------------------------------------
@@ -462,17 +388,16 @@ def _fmt_speedup(n: str, s: dict) -> str:
     return f"{s['pyckpt_speedup']:.2f}x" if "pyckpt_speedup" in s else "-"
 
 
-TABLE_COLUMNS = [name_column(28), Column("kind", 6, lambda n, s: s.get("kind", "-"), left=True),
-                 *throughput_columns(), Column("vs limit", 9, _fmt_fraction),
-                 Column("pyckpt x", 9, _fmt_speedup)]
+TABLE_COLUMNS = [name_column(28), kind_column(6), *throughput_columns(),
+                 Column("vs limit", 9, _fmt_fraction), Column("pyckpt x", 9, _fmt_speedup)]
 
 
 def print_tables(summary: dict, nbytes: int) -> None:
     for phase, block in summary.items():
         print_table(f"== {phase.upper()}  ({nbytes / GiB:.3f} GiB state; GB/s = 1e9 bytes/s; "
-                    f"limit = {block['limit'] or 'n/a'})", block["contenders"], TABLE_COLUMNS)
-        print_pairs(block["contenders"], "per-round pairs (peer time / pyckpt time in the same "
-                    "round; > 1 = pyckpt faster):")
+                    f"limit = {block['limit'] or 'n/a'})", block["contenders"], TABLE_COLUMNS,
+                    pairs="per-round pairs (peer time / pyckpt time in the same round; > 1 = "
+                          "pyckpt faster):")
 
 
 # ---------------------------------------------------------------------------
@@ -503,8 +428,8 @@ def bench_crc(nbytes: int = 256 * MiB, reps: int = 3) -> dict:
             for _ in range(reps):
                 t, value = timed(fn)
                 times.append(t)
-            out[name] = {"median_gbps": nbytes / statistics.median(times) / GB,
-                         "max_gbps": nbytes / min(times) / GB, "value": value}
+            t = throughput(times, nbytes)
+            out[name] = {"median_gbps": t["median_gbps"], "max_gbps": t["max_gbps"], "value": value}
     finally:
         restore()
     vals = {v["value"] for k, v in out.items() if not k.startswith("zlib")}
@@ -555,26 +480,12 @@ def bench_memory(ctx: Context, workdir: Path) -> dict:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size-gb", type=float, default=1.0, help="state size in GiB (default 1)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    p.add_argument("--dir", default=None,
-                   help="where outputs are written (default: a fresh temp dir under /tmp)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
-    p.add_argument("--quick", action="store_true", help="smoke test: 128 MiB state, 2 rounds")
+    p = parser(__doc__.split("\n\n")[0], torch_threads_help=(
+        "torch intra-op threads for the torch peers (default 1; 0 = torch's default). torch's "
+        "OpenMP pool can spin for ~1 s inside DCP's copy_ when it has to share few cores; its "
+        "copies gain nothing from it"))
     p.add_argument("--no-cold", action="store_true", help="skip cold-cache loads")
-    p.add_argument("--torch-threads", type=int, default=1, metavar="N",
-                   help="torch intra-op threads for the torch peers (default 1; 0 = torch's "
-                        "default). torch's OpenMP pool can spin for ~1 s inside DCP's copy_ "
-                        "when it has to share few cores; its copies gain nothing from it")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.size_gb, args.rounds = 0.125, 2
-    if args.size_gb <= 0 or args.rounds < 1:
-        p.error("--size-gb must be > 0 and --rounds >= 1")
-    return args
+    return parse(p, argv, quick={"size_gb": 0.125, "rounds": 2})
 
 
 def select_formats() -> list[Format]:
@@ -592,12 +503,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     workdir = make_workdir(args.dir)
 
-    meta = machine_info(str(workdir), library_versions())
-    print_machine(meta)
+    meta = machine_header(str(workdir), library_versions())
     formats = select_formats()
     if torch is not None:
-        if args.torch_threads > 0:
-            torch.set_num_threads(args.torch_threads)
+        apply_torch_threads(torch, args.torch_threads)
         meta["machine"]["torch_intra_op_threads"] = torch.get_num_threads()
         print(f"torch   : {torch.get_num_threads()} intra-op thread(s) (--torch-threads)")
 
@@ -613,39 +522,22 @@ def main(argv=None) -> int:
     state = build_state(int(args.size_gb * GiB), args.seed)
     info = describe_state(state)
     ctx = make_context(state)
-    print(f"state   : {info['bytes'] / GiB:.3f} GiB in {info['tensors']} float32 tensors "
-          f"({info['small_tensors_under_64KiB']} under 64 KiB, largest {info['largest_bytes'] / MiB:.1f} MiB, "
-          f"params {info['param_bytes'] / info['bytes']:.0%} of bytes); built in "
-          f"{time.perf_counter() - t0:.1f} s")
-    print(f"running {args.rounds} interleaved rounds of {len(formats)} formats "
-          f"(ballast of {ctx.nbytes / GiB:.2f} GiB touched before each timed operation)", flush=True)
+    params = f", params {info['param_bytes'] / info['bytes']:.0%} of bytes"
+    print(f"state   : {state_text(info, extra=params)}; built in {time.perf_counter() - t0:.1f} s")
+    print_plan(args.rounds, ctx.nbytes, f"{len(formats)} formats")
 
     try:
         res = run_rounds(formats, ctx, args.rounds, workdir, cold)
         summary = summarize(res, ctx.nbytes, ratio_key="pyckpt_speedup")
         print_tables(summary, ctx.nbytes)
-        if res.errors:
-            print("\nfailed contenders:")
-            for name, err in res.errors.items():
-                print(f"  {name}: {err}")
+        print_errors(res.errors)
         crc = bench_crc()
         memory = bench_memory(ctx, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    if args.json:
-        doc = {
-            **meta,
-            "args": vars(args),
-            "state": info,
-            "cold_cache": cold,
-            "seconds_per_round": res.seconds,
-            "summary": summary,
-            "errors": res.errors,
-            "crc32c": crc,
-            "memory": memory,
-        }
-        write_json(args.json, doc)
+    write_report(args.json, meta, args, state=info, cold_cache=cold, seconds_per_round=res.seconds,
+                 summary=summary, errors=res.errors, crc32c=crc, memory=memory)
     return 0
 
 

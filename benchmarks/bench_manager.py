@@ -39,17 +39,16 @@ if __name__ == "__main__":
 
 import shutil  # noqa: E402
 import statistics  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from harness import (
-    make_workdir, GiB, MiB, Column, Group, Results, Step, machine_info,  # noqa: E402
-                     name_column, print_machine, print_pairs, print_table, run_interleaved,
-                     run_threads, split_balanced, summarize, throughput_columns, touch_ballast,
-                     usable_cpus, version_of, write_json)
+from harness import (GiB, Group, ParallelCopy, Results, make_workdir, name_column,  # noqa: E402
+                     no_pyckpt, parse, parser, print_errors, print_plan, print_table,
+                     print_targets, pyckpt_header, ratio_column, run_interleaved, seconds_columns,
+                     solo, state_text, summarize, target_column, targets_of, throughput_columns,
+                     touch_ballast, touched_like, write_report, zero_first_round)
 from model_state import build_state, describe_state  # noqa: E402
 from bench_objects import StateModel, assert_equal, getattr_path, graph_key, pyckpt  # noqa: E402
 
@@ -128,21 +127,15 @@ class Bench:
         self.manager = pyckpt.CheckpointManager(self.ckpt, str(workdir), max_to_keep=MAX_TO_KEEP)
         self.live = {n: np.asarray(getattr_path(self.model, n)) for n in self.names}
         self.srcs = [self.live[n] for n in self.names]
-        self.threads = threads
-        self.bins = split_balanced(dict(enumerate(self.srcs)), threads)
-        self.prealloc = [np.empty_like(a) for a in self.srcs]
-        for b in self.prealloc:
-            b.fill(0)  # touch the pages now, not inside a timed copy
+        self.copy = ParallelCopy(self.srcs, threads)
+        self.prealloc = touched_like(self.srcs)  # pages touched now, not inside a timed copy
+        self.clear_prealloc = zero_first_round(self.prealloc)  # for round 1's check
         self.work = Work(seed=seed)
         self.nbytes = sum(a.nbytes for a in self.srcs)
 
     # -- timed calls -----------------------------------------------------------------
     def memcpy(self) -> list[np.ndarray]:
-        def part(i: int) -> None:
-            for j in self.bins[i]:
-                np.copyto(self.prealloc[j], self.srcs[j])  # releases the GIL
-        run_threads(part, self.threads)
-        return self.prealloc
+        return self.copy(self.prealloc)
 
     def save_async(self) -> str:
         return self.manager.save(blocking=False)
@@ -198,11 +191,6 @@ class Bench:
     def check_memcpy(self, out) -> None:
         assert_equal(out, self.srcs, MEMCPY)
 
-    def clear_prealloc(self, rnd: int) -> None:
-        if rnd == 0:  # so that the round-1 check sees data copied in this call
-            for b in self.prealloc:
-                b.fill(0)
-
     def warm_up(self, ballast: int, blocking_saves: int = 3) -> list[float]:
         """Untimed: one async save (allocates the staging buffers the next ones reuse),
         then blocking saves until retention deletes (steady state); their times."""
@@ -219,23 +207,19 @@ class Bench:
     def groups(self) -> list[Group]:
         w = self.wait
         return [
-            Group(MEMCPY, [Step(MEMCPY, PHASE_BLOCK, self.memcpy, prepare=self.clear_prealloc,
-                                check=self.check_memcpy, meta={"baseline": True})]),
-            Group(ASYNC_BLOCK, [Step(ASYNC_BLOCK, PHASE_BLOCK, self.save_async,
-                                     check=self.check_async, meta={"compare_to": MEMCPY})],
-                  teardown=w),
-            Group(BLOCKING, [Step(BLOCKING, PHASE_TOTAL, self.save_blocking, check=self.verify,
-                                  meta={"baseline": True})], teardown=w),
-            Group(ASYNC_TOTAL, [Step(ASYNC_TOTAL, PHASE_TOTAL, self.save_async_wait,
-                                     check=self.verify, meta={"compare_to": BLOCKING})],
-                  teardown=w),
-            Group(WORK, [Step(WORK, PHASE_OVERLAP, self.work.run, meta={"info": True})]),
-            Group(BLOCKING_WORK, [Step(BLOCKING_WORK, PHASE_OVERLAP, self.blocking_then_work,
-                                       check=self.verify, meta={"baseline": True})],
-                  teardown=w),
-            Group(ASYNC_WORK, [Step(ASYNC_WORK, PHASE_OVERLAP, self.async_with_work,
-                                    check=self.verify, meta={"compare_to": BLOCKING_WORK})],
-                  teardown=w),
+            solo(MEMCPY, PHASE_BLOCK, self.memcpy, prepare=self.clear_prealloc,
+                 check=self.check_memcpy, meta={"baseline": True}),
+            solo(ASYNC_BLOCK, PHASE_BLOCK, self.save_async, w, check=self.check_async,
+                 meta={"compare_to": MEMCPY}),
+            solo(BLOCKING, PHASE_TOTAL, self.save_blocking, w, check=self.verify,
+                 meta={"baseline": True}),
+            solo(ASYNC_TOTAL, PHASE_TOTAL, self.save_async_wait, w, check=self.verify,
+                 meta={"compare_to": BLOCKING}),
+            solo(WORK, PHASE_OVERLAP, self.work.run, meta={"info": True}),
+            solo(BLOCKING_WORK, PHASE_OVERLAP, self.blocking_then_work, w, check=self.verify,
+                 meta={"baseline": True}),
+            solo(ASYNC_WORK, PHASE_OVERLAP, self.async_with_work, w, check=self.verify,
+                 meta={"compare_to": BLOCKING_WORK}),
         ]
 
     def close(self) -> None:
@@ -245,20 +229,6 @@ class Bench:
 # ---------------------------------------------------------------------------
 # output
 # ---------------------------------------------------------------------------
-
-
-def _ratio(n, s):
-    return f"{s['ratio']:.2f}x" if "ratio" in s else ("baseline" if s.get("baseline") else "-")
-
-
-def _verdict(goal):
-    return lambda n, s: ("ok" if s["ratio"] <= goal else "MISSED") if "ratio" in s else "-"
-
-
-def _seconds_columns() -> list[Column]:
-    return [Column("median s", 9, lambda n, s: f"{s['median_s']:.3f}"),
-            Column("min s", 8, lambda n, s: f"{s['min_s']:.3f}"),
-            Column("max s", 8, lambda n, s: f"{s['max_s']:.3f}")]
 
 
 def overlap_stats(res: Results, summary: dict) -> dict | None:
@@ -282,10 +252,6 @@ def overlap_stats(res: Results, summary: dict) -> dict | None:
 
 def print_results(summary: dict, res: Results, nbytes: int, n_arrays: int) -> tuple[list, dict | None]:
     """The tables; returns the target lines and the overlap figures."""
-    for phase, block in summary.items():
-        for name, s in block["contenders"].items():
-            v = [x for x in res.seconds[phase][name] if x is not None]
-            s.update(min_s=min(v), max_s=max(v))
     targets = []
     gib = f"{nbytes / GiB:.3f} GiB in {n_arrays} Variables"
     for phase, goal, title, ref_text in (
@@ -295,24 +261,22 @@ def print_results(summary: dict, res: Results, nbytes: int, n_arrays: int) -> tu
         block = summary.get(phase)
         if not block:
             continue
-        cols = [name_column(28), *throughput_columns(), Column("vs ref", 9, _ratio),
-                Column("target", 7, _verdict(goal))]
+        cols = [name_column(28), *throughput_columns(), ratio_column("vs ref"),
+                target_column("<=", goal)]
         print_table(f"== {title}  ({gib}; GB/s = 1e9 bytes/s; vs ref = {ref_text}; "
-                    f"target <= {goal:.2f}x)", block["contenders"], cols)
-        print_pairs(block["contenders"], "per-round pairs (contender time / reference time in "
-                    "the same round; <= target is good):", name_width=28, ref_width=28)
-        targets += [(n, s, goal, s["ratio"] <= goal)
-                    for n, s in block["contenders"].items() if "ratio" in s]
+                    f"target <= {goal:.2f}x)", block["contenders"], cols, name_width=28,
+                    ref_width=28, pairs="per-round pairs (contender time / reference time in the "
+                                        "same round; <= target is good):")
+        targets += targets_of(block["contenders"], "<=", goal)
 
     overlap = overlap_stats(res, summary)
     block = summary.get(PHASE_OVERLAP)
     if block:
-        cols = [name_column(28), *_seconds_columns(), Column("vs ref", 9, _ratio)]
+        cols = [name_column(28), *seconds_columns(), ratio_column("vs ref")]
         print_table(f"== OVERLAP WITH SIMULATED TRAINING WORK  (vs ref = time / "
                     f"'{BLOCKING_WORK}' time; < 1 means the async save hid part of its cost)",
-                    block["contenders"], cols)
-        print_pairs(block["contenders"], "per-round pairs (time / reference time in the same "
-                    "round):", name_width=28, ref_width=28)
+                    block["contenders"], cols, name_width=28, ref_width=28,
+                    pairs="per-round pairs (time / reference time in the same round):")
     if overlap:
         pairs = ", ".join(f"{p:.3f}" for p in overlap["pair_saved_s"])
         print(f"  time saved by the async save: {overlap['saved_s']:.3f} s per save+work step "
@@ -324,16 +288,11 @@ def print_results(summary: dict, res: Results, nbytes: int, n_arrays: int) -> tu
                   f"of work")
 
     if targets:
-        print("\n== TARGETS (median ratio; per-round pair median in brackets)")
-        for name, s, goal, ok in targets:
-            print(f"  {name:<28} {s['ratio']:5.2f}x vs {s['compare_to']:<28} "
-                  f"[{s.get('pair_ratio_median', float('nan')):.2f}x]  target <= {goal:.2f}x  "
-                  f"{'met' if ok else 'MISSED'}")
+        print_targets(targets)
         if overlap:
             print(f"  {'overlap (no target)':<28} saved {overlap['saved_s']:.3f} s "
                   f"[{overlap['pair_saved_median_s']:.3f} s] of {BLOCKING_WORK!r}")
-    return ([{"contender": n, "ratio": s["ratio"], "compare_to": s["compare_to"], "op": "<=",
-              "target": goal, "met": ok} for n, s, goal, ok in targets], overlap)
+    return [t.doc() for t in targets], overlap
 
 
 # ---------------------------------------------------------------------------
@@ -342,30 +301,17 @@ def print_results(summary: dict, res: Results, nbytes: int, n_arrays: int) -> tu
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size-gb", type=float, default=1.0, help="state size in GiB (default 1)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    p.add_argument("--dir", default=None,
-                   help="where the manager writes (default: a fresh temp dir under /tmp); "
-                        "everything written is deleted at the end")
-    p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
-    p.add_argument("--quick", action="store_true", help="smoke test: 128 MiB state, 2 rounds")
-    p.add_argument("--threads", type=int, default=max(2, usable_cpus()), metavar="N",
-                   help="Python threads of the memcpy baseline (default: one per usable core, "
-                        "at least 2, which is also pyckpt's default)")
+    p = parser(__doc__.split("\n\n")[0], threads=True, dir_help=(
+        "where the manager writes (default: a fresh temp dir under /tmp); everything written "
+        "is deleted at the end"))
     p.add_argument("--work-seconds", type=float, default=None, metavar="S",
                    help="length of the simulated training work (default: the median time of "
                         "the warm-up blocking saves)")
     p.add_argument("--work-threads", type=int, default=1, metavar="N",
                    help="BLAS threads of the simulated work (default 1: the other cores stay "
                         "free, like a host whose training runs on an accelerator)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.size_gb, args.rounds = 0.125, 2
-    if args.size_gb <= 0 or args.rounds < 1 or args.threads < 1 or args.work_threads < 1:
-        p.error("--size-gb must be > 0, --rounds, --threads and --work-threads >= 1")
+    args = parse(p, argv, quick={"size_gb": 0.125, "rounds": 2},
+                 at_least_one=("rounds", "threads", "work_threads"))
     if args.work_seconds is not None and args.work_seconds <= 0:
         p.error("--work-seconds must be > 0")
     return args
@@ -374,17 +320,11 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if pyckpt is None:
-        print("pyckpt is not importable: nothing to benchmark", file=sys.stderr)
-        return 1
+        return no_pyckpt()
     workdir = make_workdir(args.dir)
-
-    meta = machine_info(str(workdir), {"pyckpt": version_of(pyckpt)})
-    meta["machine"]["pyckpt_default_threads"] = pyckpt._core.default_threads()
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
-    print_machine(meta)
-    print(f"threads : memcpy baseline {args.threads} Python thread(s) (--threads); pyckpt copies "
-          f"use {pyckpt._core.default_threads()} (its default; PYCKPT_THREADS overrides); "
-          f"simulated work OPENBLAS_NUM_THREADS={blas} (--work-threads)")
+    meta = pyckpt_header(pyckpt, str(workdir), args.threads, note=(
+        f"; simulated work OPENBLAS_NUM_THREADS={blas} (--work-threads)"))
 
     bench = None
     res = Results((PHASE_BLOCK, PHASE_TOTAL, PHASE_OVERLAP))
@@ -395,9 +335,7 @@ def main(argv=None) -> int:
         info = describe_state(state)
         bench = Bench(state, workdir, args.threads, args.seed)
         del state  # the model holds its own copies
-        print(f"state   : {info['bytes'] / GiB:.3f} GiB in {info['tensors']} float32 Variables "
-              f"({info['small_tensors_under_64KiB']} under 64 KiB, largest "
-              f"{info['largest_bytes'] / MiB:.1f} MiB) in Checkpoint(model=...); "
+        print(f"state   : {state_text(info, 'Variables')} in Checkpoint(model=...); "
               f"CheckpointManager(max_to_keep={MAX_TO_KEEP}); built in "
               f"{time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
@@ -410,20 +348,16 @@ def main(argv=None) -> int:
               f"(~{work['expected_s']:.2f} s, sized to "
               f"{'--work-seconds' if args.work_seconds else 'the median warm-up blocking save'})")
         groups = bench.groups()
-        print(f"running {args.rounds} interleaved rounds of {len(groups)} groups (ballast of "
-              f"{info['bytes'] / GiB:.2f} GiB touched before each timed operation)", flush=True)
+        print_plan(args.rounds, info["bytes"], f"{len(groups)} groups")
         run_interleaved(groups, args.rounds, info["bytes"], res)
-        summary = summarize(res, info["bytes"])
+        summary = summarize(res, info["bytes"], seconds_range=True)
         targets, overlap = print_results(summary, res, info["bytes"], info["tensors"])
         kept = [Path(p).name for p in bench.manager.checkpoints]
         on_disk = sorted(e for e in os.listdir(workdir) if not e.startswith(".")
                          and e.startswith("ckpt-"))
         print(f"\nretention: manager keeps {kept}; on disk {on_disk} "
               f"(max_to_keep={MAX_TO_KEEP})")
-        if res.errors:
-            print("\nfailed contenders:")
-            for name, err in res.errors.items():
-                print(f"  {name}: {err}")
+        print_errors(res.errors)
     finally:
         if bench is not None:
             try:
@@ -432,10 +366,9 @@ def main(argv=None) -> int:
                 print(f"manager.close() failed: {type(e).__name__}: {e}", file=sys.stderr)
         shutil.rmtree(workdir, ignore_errors=True)
 
-    if args.json:
-        write_json(args.json, {**meta, "args": vars(args), "state": info, "warmup_blocking_s": warm,
-                               "work": work, "seconds_per_round": res.seconds, "summary": summary,
-                               "targets": targets, "overlap": overlap, "errors": res.errors})
+    write_report(args.json, meta, args, state=info, warmup_blocking_s=warm, work=work,
+                 seconds_per_round=res.seconds, summary=summary, targets=targets, overlap=overlap,
+                 errors=res.errors)
     return 0
 
 

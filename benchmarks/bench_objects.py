@@ -19,20 +19,19 @@ See benchmarks/README.md for how to read the output.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from harness import (
-    make_workdir, GiB, MiB, Column, Group, Results, Step, import_pyckpt, machine_info,
-                     name_column, print_machine, print_pairs, print_table, run_interleaved,
-                     run_threads, split_balanced, summarize, throughput_columns, usable_cpus,
-                     version_of, write_json)
+from harness import (GiB, Column, Group, ParallelCopy, Results, Scratch, Step, import_pyckpt,
+                     kind_column, make_workdir, name_column, no_pyckpt, parse, parser,
+                     print_errors, print_plan, print_table, print_targets,
+                     pyckpt_header, ratio_column, run_interleaved, seconds_columns, solo,
+                     state_text, summarize, target_column, targets_of, throughput_columns,
+                     touched_like, write_report, zero_first_round)
 from model_state import build_state, describe_state
 
 pyckpt = import_pyckpt()
@@ -107,17 +106,8 @@ def copy_groups(state: dict[str, np.ndarray], threads: int) -> tuple[list[Group]
     live = {n: np.asarray(getattr_path(model, n)) for n in names}  # the model's own arrays
     srcs = [live[n] for n in names]
     dst_other = [np.asarray(getattr_path(other, n)) for n in names]
-    bins = split_balanced(dict(enumerate(srcs)), threads)
-    prealloc = [np.empty_like(a) for a in srcs]
-    for b in prealloc:
-        b.fill(0)  # touch the pages now, not inside a timed copy
-
-    def memcpy(dsts: list[np.ndarray]) -> list[np.ndarray]:
-        def part(i: int) -> None:
-            for j in bins[i]:
-                np.copyto(dsts[j], srcs[j])  # releases the GIL
-        run_threads(part, threads)
-        return dsts
+    memcpy = ParallelCopy(srcs, threads)
+    prealloc = touched_like(srcs)  # pages touched now, not inside a timed copy
 
     def memcpy_fresh():
         # allocated in the calling thread, as take_snapshot does, then filled in parallel
@@ -145,26 +135,21 @@ def copy_groups(state: dict[str, np.ndarray], threads: int) -> tuple[list[Group]
                 a.flags.writeable = True
                 a.fill(0)
 
-    def clear(arrays):
-        return lambda rnd: [a.fill(0) for a in arrays] if rnd == 0 else None
-
     fresh = {"kind": "fresh", "compare_to": BASE_FRESH, "speed_ratio": True}
     into = {"kind": "into", "compare_to": BASE_INTO, "speed_ratio": True}
     groups = [
-        Group(BASE_FRESH, [Step(BASE_FRESH, PHASE_COPY, memcpy_fresh,
-                                check=lambda r: assert_equal(r, srcs, BASE_FRESH),
-                                meta={"kind": "fresh", "baseline": True})]),
-        Group(BASE_INTO, [Step(BASE_INTO, PHASE_COPY, lambda: memcpy(prealloc),
-                               prepare=clear(prealloc),
-                               check=lambda r: assert_equal(r, srcs, BASE_INTO),
-                               meta={"kind": "into", "baseline": True})]),
-        Group(SNAP, [Step(SNAP, PHASE_COPY, ckpt.snapshot, check=check_snapshot, meta=fresh)]),
-        Group(SNAP_INTO, [Step(SNAP_INTO, PHASE_COPY, snapshot_into, prepare=clear_prev,
-                               check=lambda s: check_snapshot(s, held.pop("before")), meta=into)]),
-        Group(COPY_STATE, [Step(COPY_STATE, PHASE_COPY, lambda: pyckpt.copy_state(model, other),
-                                prepare=clear(dst_other),
-                                check=lambda r: assert_equal(dst_other, srcs, COPY_STATE),
-                                meta=into)]),
+        solo(BASE_FRESH, PHASE_COPY, memcpy_fresh,
+             check=lambda r: assert_equal(r, srcs, BASE_FRESH),
+             meta={"kind": "fresh", "baseline": True}),
+        solo(BASE_INTO, PHASE_COPY, lambda: memcpy(prealloc), prepare=zero_first_round(prealloc),
+             check=lambda r: assert_equal(r, srcs, BASE_INTO),
+             meta={"kind": "into", "baseline": True}),
+        solo(SNAP, PHASE_COPY, ckpt.snapshot, check=check_snapshot, meta=fresh),
+        solo(SNAP_INTO, PHASE_COPY, snapshot_into, prepare=clear_prev,
+             check=lambda s: check_snapshot(s, held.pop("before")), meta=into),
+        solo(COPY_STATE, PHASE_COPY, lambda: pyckpt.copy_state(model, other),
+             prepare=zero_first_round(dst_other),
+             check=lambda r: assert_equal(dst_other, srcs, COPY_STATE), meta=into),
     ]
     desc = {"variables": len(model.variables), "modules": len(model.submodules) + 1}
     return groups, desc
@@ -189,19 +174,8 @@ def small_var_groups(num_vars: int, workdir: Path, seed: int) -> tuple[list[Grou
     ckpt = pyckpt.Checkpoint()
     ckpt.vars = [pyckpt.Variable(a) for a in arrays]  # copies: the two sides share nothing
     var_arrays = [np.asarray(v) for v in ckpt.vars]
-    paths: dict[str, Path] = {}
-
-    def setup(label):
-        def f(rnd):
-            paths[label] = workdir / f"r{rnd}-{label}"  # a fresh directory every round
-            shutil.rmtree(paths[label], ignore_errors=True)
-        return f
-
-    def teardown(label):
-        return lambda rnd: shutil.rmtree(paths.pop(label), ignore_errors=True)
-
-    def clear(arrs):
-        return lambda rnd: [a.fill(0) for a in arrs] if rnd == 0 else None
+    paths = Scratch(lambda rnd, label: workdir / f"r{rnd}-{label}",  # a fresh directory every round
+                    lambda path: shutil.rmtree(path, ignore_errors=True))
 
     def check_read(status):
         status.assert_consumed()
@@ -211,14 +185,16 @@ def small_var_groups(num_vars: int, workdir: Path, seed: int) -> tuple[list[Grou
         Group("flat save+load", [
             Step(FLAT_SAVE, PHASE_SAVE, lambda: pyckpt.save(flat, str(paths["flat"]))),
             Step(FLAT_LOAD, PHASE_LOAD, lambda: pyckpt.load(str(paths["flat"]), into=flat),
-                 prepare=clear(arrays), check=lambda r: assert_equal(arrays, expected, FLAT_LOAD)),
-        ], setup=setup("flat"), teardown=teardown("flat")),
+                 prepare=zero_first_round(arrays),
+                 check=lambda r: assert_equal(arrays, expected, FLAT_LOAD)),
+        ], **paths.hooks("flat")),
         Group("graph write+read", [
             Step(GRAPH_WRITE, PHASE_SAVE, lambda: ckpt.write(str(paths["graph"])),
                  meta={"compare_to": FLAT_SAVE}),
             Step(GRAPH_READ, PHASE_LOAD, lambda: ckpt.read(str(paths["graph"])),
-                 prepare=clear(var_arrays), check=check_read, meta={"compare_to": FLAT_LOAD}),
-        ], setup=setup("graph"), teardown=teardown("graph")),
+                 prepare=zero_first_round(var_arrays), check=check_read,
+                 meta={"compare_to": FLAT_LOAD}),
+        ], **paths.hooks("graph")),
     ]
     return groups, {"variables": num_vars, "floats_each": 16, "bytes": num_vars * 64}
 
@@ -228,60 +204,39 @@ def small_var_groups(num_vars: int, workdir: Path, seed: int) -> tuple[list[Grou
 # ---------------------------------------------------------------------------
 
 
-def _ratio(n, s):
-    return f"{s['ratio']:.2f}x" if "ratio" in s else ("baseline" if s.get("baseline") else "-")
-
-
-def _verdict(ok_if):
-    return lambda n, s: ("ok" if ok_if(s["ratio"]) else "MISSED") if "ratio" in s else "-"
-
-
-COPY_COLUMNS = [name_column(28), Column("kind", 6, lambda n, s: s.get("kind", "-"), left=True),
-                *throughput_columns(), Column("vs base", 9, _ratio),
-                Column("target", 7, _verdict(lambda r: r >= COPY_TARGET))]
-SMALL_COLUMNS = [name_column(28),
-                 Column("median s", 9, lambda n, s: f"{s['median_s']:.3f}"),
-                 Column("min s", 8, lambda n, s: f"{s['min_s']:.3f}"),
-                 Column("max s", 8, lambda n, s: f"{s['max_s']:.3f}"),
+COPY_COLUMNS = [name_column(28), kind_column(6), *throughput_columns(), ratio_column("vs base"),
+                target_column(">=", COPY_TARGET)]
+SMALL_COLUMNS = [name_column(28), *seconds_columns(),
                  Column("us/var", 8, lambda n, s: f"{s['us_per_var']:.2f}"),
-                 Column("vs flat", 9, _ratio),
-                 Column("target", 7, _verdict(lambda r: r <= GRAPH_TARGET))]
+                 ratio_column("vs flat"), target_column("<=", GRAPH_TARGET)]
 
 
-def print_results(summary: dict, res: Results, nbytes: int, n_arrays: int, num_vars: int) -> list:
+def print_results(summary: dict, nbytes: int, n_arrays: int, num_vars: int) -> list:
     """The tables; returns the target lines (also printed at the end)."""
     targets = []
     block = summary.get(PHASE_COPY)
     if block:
         print_table(f"== SNAPSHOT / COPY  ({nbytes / GiB:.3f} GiB in {n_arrays} arrays; GB/s = "
                     f"1e9 bytes/s; vs base = throughput / the matching baseline's; target >= "
-                    f"{COPY_TARGET:.2f}x)", block["contenders"], COPY_COLUMNS)
-        print_pairs(block["contenders"], "per-round pairs (baseline time / contender time in the "
-                    "same round; >= target is good):", ref_width=28)
-        targets += [(n, s, ">=", COPY_TARGET, s["ratio"] >= COPY_TARGET)
-                    for n, s in block["contenders"].items() if "ratio" in s]
+                    f"{COPY_TARGET:.2f}x)", block["contenders"], COPY_COLUMNS, ref_width=28,
+                    pairs="per-round pairs (baseline time / contender time in the same round; "
+                          ">= target is good):")
+        targets += targets_of(block["contenders"], ">=", COPY_TARGET)
     for phase in (PHASE_SAVE, PHASE_LOAD):
         block = summary.get(phase)
         if not block:
             continue
-        for name, s in block["contenders"].items():
-            v = [x for x in res.seconds[phase][name] if x is not None]
-            s.update(min_s=min(v), max_s=max(v), us_per_var=s["median_s"] / num_vars * 1e6)
+        for s in block["contenders"].values():
+            s["us_per_var"] = s["median_s"] / num_vars * 1e6
         print_table(f"== {num_vars} SMALL VARIABLES: {phase.split(': ')[1].upper()}  (float32[16] "
                     f"each, {num_vars * 64 / 1e6:.1f} MB; vs flat = graph time / flat time; "
-                    f"target <= {GRAPH_TARGET:.2f}x)", block["contenders"], SMALL_COLUMNS)
-        print_pairs(block["contenders"], "per-round pairs (graph time / flat time in the same "
-                    "round; <= target is good):", ref_width=28)
-        targets += [(n, s, "<=", GRAPH_TARGET, s["ratio"] <= GRAPH_TARGET)
-                    for n, s in block["contenders"].items() if "ratio" in s]
+                    f"target <= {GRAPH_TARGET:.2f}x)", block["contenders"], SMALL_COLUMNS,
+                    ref_width=28, pairs="per-round pairs (graph time / flat time in the same "
+                                        "round; <= target is good):")
+        targets += targets_of(block["contenders"], "<=", GRAPH_TARGET)
     if targets:
-        print("\n== TARGETS (median ratio; per-round pair median in brackets)")
-        for name, s, op, goal, ok in targets:
-            print(f"  {name:<28} {s['ratio']:5.2f}x vs {s['compare_to']:<28} "
-                  f"[{s.get('pair_ratio_median', float('nan')):.2f}x]  target {op} {goal:.2f}x  "
-                  f"{'met' if ok else 'MISSED'}")
-    return [{"contender": n, "ratio": s["ratio"], "compare_to": s["compare_to"], "op": op,
-             "target": goal, "met": ok} for n, s, op, goal, ok in targets]
+        print_targets(targets)
+    return [t.doc() for t in targets]
 
 
 # ---------------------------------------------------------------------------
@@ -290,42 +245,20 @@ def print_results(summary: dict, res: Results, nbytes: int, n_arrays: int, num_v
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size-gb", type=float, default=1.0,
-                   help="state size in GiB for snapshot / copy (default 1)")
+    p = parser(__doc__.split("\n\n")[0], size_help="state size in GiB for snapshot / copy",
+               quick_help="smoke test: 128 MiB state, 10000 variables, 2 rounds", threads=True)
     p.add_argument("--num-vars", type=int, default=100_000,
                    help="small variables (float32[16]) for the graph overhead (default 100000)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    p.add_argument("--dir", default=None,
-                   help="where outputs are written (default: a fresh temp dir under /tmp)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: 128 MiB state, 10000 variables, 2 rounds")
-    p.add_argument("--threads", type=int, default=max(2, usable_cpus()), metavar="N",
-                   help="Python threads of the memcpy baseline (default: one per usable core, "
-                        "at least 2, which is also pyckpt's default)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.size_gb, args.num_vars, args.rounds = 0.125, 10_000, 2
-    if args.size_gb <= 0 or args.rounds < 1 or args.num_vars < 1 or args.threads < 1:
-        p.error("--size-gb must be > 0, --rounds, --num-vars and --threads >= 1")
-    return args
+    return parse(p, argv, quick={"size_gb": 0.125, "num_vars": 10_000, "rounds": 2},
+                 at_least_one=("rounds", "num_vars", "threads"))
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if pyckpt is None:
-        print("pyckpt is not importable: nothing to benchmark", file=sys.stderr)
-        return 1
+        return no_pyckpt()
     workdir = make_workdir(args.dir)
-
-    meta = machine_info(str(workdir), {"pyckpt": version_of(pyckpt)})
-    meta["machine"]["pyckpt_default_threads"] = pyckpt._core.default_threads()
-    print_machine(meta)
-    print(f"threads : memcpy baselines {args.threads} Python thread(s) (--threads); pyckpt copies "
-          f"use {pyckpt._core.default_threads()} (its default; PYCKPT_THREADS overrides)")
+    meta = pyckpt_header(pyckpt, str(workdir), args.threads, "baselines")
 
     try:
         t0 = time.perf_counter()
@@ -335,33 +268,26 @@ def main(argv=None) -> int:
         n_arrays = len(state)
         del state  # the models hold their own copies
         small, small_info = small_var_groups(args.num_vars, workdir, args.seed)
-        print(f"state   : {info['bytes'] / GiB:.3f} GiB in {info['tensors']} float32 Variables "
-              f"({info['small_tensors_under_64KiB']} under 64 KiB, largest "
-              f"{info['largest_bytes'] / MiB:.1f} MiB) in {objects['modules']} Modules; "
+        print(f"state   : {state_text(info, 'Variables')} in {objects['modules']} Modules; "
               f"Checkpoint(model=...) and a second model for copy_state")
         print(f"small   : {args.num_vars} Variables of float32[16] ({small_info['bytes'] / 1e6:.1f} "
               f"MB) in ckpt.vars, and a flat dict of the same arrays; built in "
               f"{time.perf_counter() - t0:.1f} s")
         groups = copy + small
-        print(f"running {args.rounds} interleaved rounds of {len(groups)} groups (ballast of "
-              f"{info['bytes'] / GiB:.2f} GiB touched before each timed operation)", flush=True)
+        print_plan(args.rounds, info["bytes"], f"{len(groups)} groups")
         res = run_interleaved(groups, args.rounds, info["bytes"],
                               Results((PHASE_COPY, PHASE_SAVE, PHASE_LOAD)))
         summary = summarize(res, info["bytes"])
-        small_summary = summarize(res, small_info["bytes"])  # GB/s from their own few MB
+        small_summary = summarize(res, small_info["bytes"],  # GB/s from their own few MB
+                                  seconds_range=True)
         summary.update({p: small_summary[p] for p in (PHASE_SAVE, PHASE_LOAD) if p in small_summary})
-        targets = print_results(summary, res, info["bytes"], n_arrays, args.num_vars)
-        if res.errors:
-            print("\nfailed contenders:")
-            for name, err in res.errors.items():
-                print(f"  {name}: {err}")
+        targets = print_results(summary, info["bytes"], n_arrays, args.num_vars)
+        print_errors(res.errors)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    if args.json:
-        write_json(args.json, {**meta, "args": vars(args), "state": {**info, **objects},
-                               "small_vars": small_info, "seconds_per_round": res.seconds,
-                               "summary": summary, "targets": targets, "errors": res.errors})
+    write_report(args.json, meta, args, state={**info, **objects}, small_vars=small_info,
+                 seconds_per_round=res.seconds, summary=summary, targets=targets, errors=res.errors)
     return 0
 
 

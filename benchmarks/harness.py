@@ -1,20 +1,32 @@
 """Reusable measurement harness of pyckpt's benchmarks (see benchmarks/README.md, "Method").
 
-* header: :func:`import_pyckpt`, :func:`optional_import`, :func:`machine_info`, :func:`print_machine`;
-* first touch and memory: :func:`touch_ballast`, :class:`PeakMemory`;
-* threads: :func:`split_balanced`, :func:`run_threads`;
+* command line: :func:`parser` (the options every script shares), :func:`parse` (``--quick``
+  overrides and range checks);
+* header: :func:`import_pyckpt`, :func:`optional_import`, :func:`dist_version`,
+  :func:`machine_info`, :func:`machine_header`, :func:`pyckpt_header`, :func:`no_pyckpt`,
+  :func:`state_text`, :func:`print_plan`, :func:`make_workdir`;
+* first touch and memory: :func:`touch_ballast`, :func:`touched_like`, :func:`zero_first_round`,
+  :class:`PeakMemory`;
+* threads and raw I/O: :func:`split_balanced`, :func:`run_threads`, :class:`ParallelCopy` (the
+  memcpy limit), :func:`raw_pwrite` (the durable write limit), :func:`fsync_path`;
 * rounds: :func:`timed`, :class:`Results`, :func:`run_contender`, :func:`rotated`, and
-  :func:`run_interleaved` (groups of steps, the order rotating each round);
-* summary: :func:`summarize`, :func:`print_table` (:class:`Column`), :func:`print_pairs`,
-  :func:`write_json`.
+  :func:`run_interleaved` (groups of steps, the order rotating each round; :func:`solo` for a
+  one-step group, :class:`Scratch` for a fresh location per group and round); :func:`verify_tree`;
+* summary: :func:`median_of`, :func:`throughput`, :func:`compare` (ratio of medians and
+  per-round pairs), :func:`summarize`, :func:`print_table` (:class:`Column`, with
+  :func:`throughput_columns`, :func:`seconds_columns`, :func:`ratio_column`,
+  :func:`target_column`), :func:`print_pairs`, :func:`targets_of` / :func:`print_targets`,
+  :func:`print_errors`, :func:`write_json` / :func:`write_report`.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import gc
 import importlib
 import json
+import operator
 import os
 import platform
 import statistics
@@ -55,6 +67,16 @@ def optional_import(name: str):
 
 def version_of(mod) -> str | None:
     return None if mod is None else str(getattr(mod, "__version__", "unknown"))
+
+
+def dist_version(name: str) -> str | None:
+    """The installed version of the distribution ``name`` (without importing it), or None."""
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:  # noqa: BLE001 - missing or broken counts as missing
+        return None
 
 
 def _proc_field(path: str, prefix: str) -> str | None:
@@ -98,15 +120,15 @@ def machine_info(bench_dir: str, versions: dict[str, str | None]) -> dict:
             "versions": {"python": platform.python_version(), "numpy": np.__version__, **versions}}
 
 
-def make_workdir(dir_arg: str | None) -> Path:
+def make_workdir(dir_arg: str | None, prefix: str = "pyckpt-bench-") -> Path:
     """A fresh working directory: a temp dir under /tmp, or a new one inside --dir."""
     import tempfile
 
     if dir_arg is None:
-        return Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir="/tmp"))
+        return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     base = Path(dir_arg)
     base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="pyckpt-bench-", dir=base))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def print_machine(meta: dict) -> None:
@@ -117,6 +139,105 @@ def print_machine(meta: dict) -> None:
     print("versions: " + ", ".join(f"{k}={'MISSING' if val is None else val}" for k, val in v.items()))
 
 
+def machine_header(bench_dir: str, versions: dict[str, str | None]) -> dict:
+    """:func:`machine_info`, printed (the first lines of every script's output)."""
+    meta = machine_info(bench_dir, versions)
+    print_machine(meta)
+    return meta
+
+
+def no_pyckpt() -> int:
+    """Says that pyckpt is missing (on stderr); the exit status of a script that needs it."""
+    print("pyckpt is not importable: nothing to benchmark", file=sys.stderr)
+    return 1
+
+
+def pyckpt_header(pyckpt, bench_dir: str, threads: int, baselines: str = "baseline",
+                  note: str = "") -> dict:
+    """:func:`machine_header` of a script that needs only pyckpt (its default thread count
+    goes to ``machine``), then the thread counts of the memcpy ``baselines`` and of pyckpt."""
+    meta = machine_header(bench_dir, {"pyckpt": version_of(pyckpt)})
+    meta["machine"]["pyckpt_default_threads"] = pyckpt._core.default_threads()
+    print(f"threads : memcpy {baselines} {threads} Python thread(s) (--threads); pyckpt copies "
+          f"use {pyckpt._core.default_threads()} (its default; PYCKPT_THREADS overrides){note}")
+    return meta
+
+
+def state_text(info: dict, noun: str = "tensors", extra: str = "") -> str:
+    """``model_state.describe_state``'s figures in words: size, count, small ones, largest."""
+    return (f"{info['bytes'] / GiB:.3f} GiB in {info['tensors']} float32 {noun} "
+            f"({info['small_tensors_under_64KiB']} under 64 KiB, largest "
+            f"{info['largest_bytes'] / MiB:.1f} MiB{extra})")
+
+
+def print_plan(rounds: int, ballast_bytes: int, of: str | None = None) -> None:
+    """The line announcing the interleaved rounds (``of``: what each round runs)."""
+    print(f"running {rounds} interleaved rounds{f' of {of}' if of else ''} (ballast of "
+          f"{ballast_bytes / GiB:.2f} GiB touched before each timed operation)", flush=True)
+
+
+# --- command line ----------------------------------------------------------
+
+
+def parser(description: str, *, size_gb: float = 1.0, size_help: str = "state size in GiB",
+           rounds: int = 5, rounds_help: str = "interleaved rounds",
+           quick_help: str = "smoke test: 128 MiB state, 2 rounds",
+           dir_help: str | None = "where outputs are written (default: a fresh temp dir under /tmp)",
+           json_help: str = "write all results as JSON", threads: bool = False,
+           torch_threads_help: str | None = None, seed: bool = True) -> argparse.ArgumentParser:
+    """The options the scripts share, each script adding its own after them: ``--size-gb``,
+    ``--rounds``, ``--dir`` (unless ``dir_help`` is None), ``--json``, ``--quick``, with
+    ``threads`` ``--threads`` (the memcpy baseline's Python threads), with
+    ``torch_threads_help`` ``--torch-threads``, and with ``seed`` ``--seed``."""
+    p = argparse.ArgumentParser(description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size-gb", type=float, default=size_gb,
+                   help=f"{size_help} (default {size_gb:g})")
+    p.add_argument("--rounds", type=int, default=rounds, help=f"{rounds_help} (default {rounds})")
+    if dir_help is not None:
+        p.add_argument("--dir", default=None, help=dir_help)
+    p.add_argument("--json", default=None, metavar="PATH", help=json_help)
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    if threads:
+        p.add_argument("--threads", type=int, default=max(2, usable_cpus()), metavar="N",
+                       help="Python threads of the memcpy baseline (default: one per usable "
+                            "core, at least 2, which is also pyckpt's default)")
+    if torch_threads_help is not None:
+        p.add_argument("--torch-threads", type=int, default=1, metavar="N", help=torch_threads_help)
+    if seed:
+        p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _flags(names: tuple[str, ...]) -> str:
+    """``("a", "b_c", "d")`` -> ``"--a, --b-c and --d"``."""
+    flags = ["--" + n.replace("_", "-") for n in names]
+    return flags[0] if len(flags) == 1 else ", ".join(flags[:-1]) + " and " + flags[-1]
+
+
+def parse(p: argparse.ArgumentParser, argv=None, quick: dict | None = None,
+          positive: tuple[str, ...] = ("size_gb",),
+          at_least_one: tuple[str, ...] = ("rounds",)) -> argparse.Namespace:
+    """Parsed options; with ``--quick``, ``quick``'s values replace the options (a callable
+    value gets the options); then the ``positive`` options must be > 0 and the
+    ``at_least_one`` options >= 1 (else a usage error)."""
+    args = p.parse_args(argv)
+    if quick and getattr(args, "quick", False):
+        for name, value in quick.items():
+            setattr(args, name, value(args) if callable(value) else value)
+    if (any(getattr(args, n) <= 0 for n in positive)
+            or any(getattr(args, n) < 1 for n in at_least_one)):
+        p.error(f"{_flags(positive)} must be > 0" + (" and " if len(at_least_one) == 1 else ", ")
+                + f"{_flags(at_least_one)} >= 1")
+    return args
+
+
+def apply_torch_threads(torch, n: int) -> None:
+    """``--torch-threads``: ``n`` > 0 sets torch's intra-op threads, 0 keeps torch's default."""
+    if torch is not None and n > 0:
+        torch.set_num_threads(n)
+
+
 # --- first-touch ballast and peak memory ----------------------------------
 
 
@@ -125,6 +246,28 @@ def touch_ballast(nbytes: int) -> None:
     same size reuse guest pages the host has already backed (no first-touch faults)."""
     ballast = np.ones(nbytes, dtype=np.uint8)
     del ballast
+
+
+def touched_like(arrays):
+    """Zeroed buffers shaped like ``arrays`` (a dict or a list), every page touched now,
+    not inside a timed operation (the destinations of ``into=`` loads and copies)."""
+    items = arrays.items() if isinstance(arrays, dict) else enumerate(arrays)
+    out = {}
+    for k, a in items:
+        b = np.empty_like(a)
+        b.fill(0)
+        out[k] = b
+    return out if isinstance(arrays, dict) else list(out.values())
+
+
+def zero_first_round(arrays) -> Callable[[int], None]:
+    """A Step's ``prepare``: zero ``arrays`` (a dict or a list) before round 0, so that
+    round 0's check sees what the timed call wrote, not what an earlier one left."""
+    def prepare(rnd: int) -> None:
+        if rnd == 0:
+            for a in (arrays.values() if isinstance(arrays, dict) else arrays):
+                a.fill(0)
+    return prepare
 
 
 def _proc_status_kib(*fields: str) -> dict[str, int]:
@@ -227,6 +370,93 @@ def run_threads(fn: Callable[[int], Any], n: int) -> list:
     return results
 
 
+class ParallelCopy:
+    """The memcpy limit: ``copy(dsts)`` has ``threads`` Python threads ``np.copyto`` their
+    share of ``srcs`` (split by bytes; numpy releases the GIL) into ``dsts``."""
+
+    def __init__(self, srcs: list[np.ndarray], threads: int) -> None:
+        self.srcs, self.threads = srcs, threads
+        self.bins = split_balanced(dict(enumerate(srcs)), threads)
+
+    def __call__(self, dsts: list[np.ndarray]) -> list[np.ndarray]:
+        def part(i: int) -> None:
+            for j in self.bins[i]:
+                np.copyto(dsts[j], self.srcs[j])  # releases the GIL
+        run_threads(part, self.threads)
+        return dsts
+
+
+# --- raw durable write limit -------------------------------------------------
+
+RAW_THREADS = 2        # threads of the raw limits (bench_local.py, bench_dist.py)
+WRITEBACK_PIECE = 8 * MiB  # pyckpt's default piece_size: early writeback after each
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+@dataclasses.dataclass
+class RawFiles:
+    """What :func:`raw_pwrite` wrote: its files, per file ``(key, offset, shape, dtype)``
+    of every array, and the seconds until the last thread's pwrites ended."""
+    files: list[Path]
+    plans: list[list[tuple[str, int, tuple, np.dtype]]]
+    pwrite_s: float
+
+
+def raw_pwrite(state: dict[str, np.ndarray], out: Path, threads: int = RAW_THREADS,
+               writeback: Callable[[int, int, int], Any] | None = None) -> RawFiles:
+    """The raw durable write limit: ``threads`` threads, each ``os.pwrite``s its share of
+    the arrays (balanced by bytes) into its own file ``out/part<i>.bin``, then fsyncs it;
+    then the directory. No format, no checksum. With ``writeback`` (``f(fd, offset,
+    nbytes)``, e.g. sync_file_range), each thread also starts the writeback of every
+    :data:`WRITEBACK_PIECE` right after writing it, so the disk flushes while the rest
+    is written."""
+    out.mkdir()
+    bins = split_balanced(state, threads)
+    files = [out / f"part{i}.bin" for i in range(threads)]
+    plans: list[list] = [[] for _ in range(threads)]
+    t0 = time.perf_counter()
+    written = [0.0] * threads
+
+    def write_part(i: int) -> None:
+        fd = os.open(files[i], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            offset = 0
+            for key in bins[i]:
+                a = state[key]
+                view = memoryview(a).cast("B")
+                plans[i].append((key, offset, a.shape, a.dtype))
+                if writeback is None:
+                    pwrite_all(fd, view, offset)
+                    offset += len(view)
+                    continue
+                for p in range(0, len(view), WRITEBACK_PIECE):
+                    piece = view[p:p + WRITEBACK_PIECE]
+                    pwrite_all(fd, piece, offset)
+                    writeback(fd, offset, len(piece))
+                    offset += len(piece)
+            written[i] = time.perf_counter() - t0
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    run_threads(write_part, threads)
+    fsync_path(out)
+    return RawFiles(files, plans, max(written))
+
+
 # --- measurement -----------------------------------------------------------
 
 
@@ -283,14 +513,19 @@ def run_contender(results: Results, phase: str, name: str, rnd: int, fn: Callabl
 
 @dataclasses.dataclass
 class Step:
-    """One timed call. ``prepare(rnd)`` runs untimed before the ballast; ``check(result)``
-    runs untimed on round 0's result. ``meta`` goes to Results.meta (see summarize)."""
+    """One timed call. ``prepare(rnd)`` runs untimed before the ballast, ``after_ballast()``
+    untimed between the ballast and the call (e.g. dropping the page cache); ``check(result)``
+    runs untimed on round 0's result. ``meta`` goes to Results.meta (see summarize). A
+    failed ``required`` step skips the rest of its group (e.g. the loads of a failed save);
+    any failed step is skipped from then on."""
     name: str
     phase: str
     fn: Callable[[], Any]
     prepare: Callable[[int], None] | None = None
     check: Callable[[Any], None] | None = None
     meta: dict = dataclasses.field(default_factory=dict)
+    after_ballast: Callable[[], None] | None = None
+    required: bool = True
 
 
 @dataclasses.dataclass
@@ -303,11 +538,40 @@ class Group:
     teardown: Callable[[int], None] | None = None
 
 
+def solo(name: str, phase: str, fn: Callable[[], Any],
+         teardown: Callable[[int], None] | None = None, **step) -> Group:
+    """A group of one :class:`Step` (``step``: its other fields), both named ``name``."""
+    return Group(name, [Step(name, phase, fn, **step)], teardown=teardown)
+
+
+class Scratch:
+    """A fresh location per group and round: ``hooks(key, name)`` gives a Group's
+    ``setup`` / ``teardown`` that make ``self[key]`` = ``make(rnd, name)`` (removing what an
+    earlier run may have left there) and remove it after the group (``remove(location)``)."""
+
+    def __init__(self, make: Callable[[int, str], Any], remove: Callable[[Any], None]) -> None:
+        self.make, self.remove = make, remove
+        self.current: dict[str, Any] = {}
+
+    def __getitem__(self, key: str):
+        return self.current[key]
+
+    def hooks(self, key: str, name: str | None = None) -> dict:
+        def setup(rnd: int) -> None:
+            self.current[key] = self.make(rnd, key if name is None else name)
+            self.remove(self.current[key])
+
+        def teardown(rnd: int) -> None:
+            self.remove(self.current.pop(key))
+
+        return {"setup": setup, "teardown": teardown}
+
+
 def run_interleaved(groups: list[Group], rounds: int, ballast_bytes: int,
                     results: Results | None = None, verbose: bool = True) -> Results:
     """Every round runs every group once, the order rotating by one each round; a
     ballast of ``ballast_bytes`` is touched before every timed step. A failed step
-    disables that contender and skips the rest of its group for the round."""
+    disables that contender and, if ``required``, skips the rest of its group."""
     res = results if results is not None else Results()
     for g in groups:
         for s in g.steps:
@@ -321,14 +585,18 @@ def run_interleaved(groups: list[Group], rounds: int, ballast_bytes: int,
             try:
                 for s in g.steps:
                     if s.name in res.errors:
-                        break
+                        if s.required:
+                            break
+                        continue
                     if s.prepare is not None:
                         s.prepare(rnd)
                     touch_ballast(ballast_bytes)
+                    if s.after_ballast is not None:
+                        s.after_ballast()
                     out = run_contender(res, s.phase, s.name, rnd, s.fn,
                                         check=s.check if rnd == 0 else None)
                     del out
-                    if s.name in res.errors:
+                    if s.name in res.errors and s.required:
                         break
             finally:
                 gc.collect()
@@ -340,17 +608,64 @@ def run_interleaved(groups: list[Group], rounds: int, ballast_bytes: int,
     return res
 
 
+def verify_tree(result, state: dict[str, np.ndarray]) -> None:
+    """A loaded tree must hold exactly the saved arrays (torch tensors are compared as
+    numpy); raises AssertionError naming the first difference."""
+    if set(result) != set(state):
+        missing = set(state) - set(result)
+        extra = set(result) - set(state)
+        raise AssertionError(f"keys differ: missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}")
+    for k, a in state.items():
+        b = result[k]
+        if not isinstance(b, np.ndarray) and hasattr(b, "numpy"):  # a torch.Tensor
+            b = b.numpy()
+        b = np.asarray(b)
+        if b.shape != a.shape or b.dtype != a.dtype or not np.array_equal(a, b):
+            raise AssertionError(f"tensor {k!r} differs after load")
+
+
 # --- summary ---------------------------------------------------------------
 
 
-def summarize(res: Results, nbytes: int, ratio_key: str = "ratio") -> dict:
+def median_of(xs) -> float | None:
+    """Median of the values that are not None (failed rounds), None if there are none."""
+    v = [x for x in xs if x is not None]
+    return statistics.median(v) if v else None
+
+
+def throughput(seconds: list, nbytes: int) -> dict:
+    """median_s and median / min / max GB/s (``nbytes`` / time) of per-round times
+    (None where a round failed; at least one must be a time)."""
+    v = [x for x in seconds if x is not None]
+    med = statistics.median(v)
+    return {"median_s": med, "median_gbps": nbytes / med / GB,
+            "min_gbps": nbytes / max(v) / GB, "max_gbps": nbytes / min(v) / GB}
+
+
+def compare(own: list, ref: list, speed: bool = False) -> dict | None:
+    """``own`` against ``ref`` (per-round times, None where a round failed): ``ratio`` of
+    the medians and ``pair_ratios``, the same ratio within each round where both ran,
+    with their median (None without pairs). The ratio is own time / reference time, or
+    with ``speed`` reference / own (own throughput as a fraction of the reference's).
+    None when either has no time."""
+    mo, mr = median_of(own), median_of(ref)
+    if mo is None or mr is None:
+        return None
+    pairs = [(q / p if speed else p / q) for p, q in zip(own, ref) if p is not None and q is not None]
+    return {"ratio": mr / mo if speed else mo / mr, "pair_ratios": pairs,
+            "pair_ratio_median": statistics.median(pairs) if pairs else None}
+
+
+def summarize(res: Results, nbytes: int, ratio_key: str = "ratio",
+              seconds_range: bool = False) -> dict:
     """Per phase: ``{"limit": name, "contenders": {name: stats}}``.
 
-    stats: median_s, median/min/max GB/s (``nbytes`` / time), rounds, the contender's
-    meta, ``fraction_of_limit`` (limit's median time / own, against the phase's row with
-    meta ``limit``), and, for a contender with meta ``compare_to``, ``stats[ratio_key]``
-    with ``pair_ratios`` (per round) and ``pair_ratio_median``. The ratio is own time /
-    reference time, or reference / own (a throughput fraction) with meta ``speed_ratio``.
+    stats: median_s, median/min/max GB/s (``nbytes`` / time), with ``seconds_range``
+    also min_s / max_s, rounds, the contender's meta, ``fraction_of_limit`` (limit's
+    median time / own, against the phase's row with meta ``limit``), and, for a contender
+    with meta ``compare_to``, ``stats[ratio_key]`` with ``pair_ratios`` (per round) and
+    ``pair_ratio_median`` (see :func:`compare`; meta ``speed_ratio`` makes it reference
+    time / own, a throughput fraction).
     """
     summary: dict[str, dict] = {}
     for phase, rows in res.seconds.items():
@@ -362,10 +677,8 @@ def summarize(res: Results, nbytes: int, ratio_key: str = "ratio") -> dict:
             if not v:
                 continue
             stats[name] = {
-                "median_s": statistics.median(v),
-                "median_gbps": nbytes / statistics.median(v) / GB,
-                "min_gbps": nbytes / max(v) / GB,
-                "max_gbps": nbytes / min(v) / GB,
+                **throughput(v, nbytes),
+                **({"min_s": min(v), "max_s": max(v)} if seconds_range else {}),
                 "rounds": len(v),
                 **{k: val for k, val in res.meta.get(name, {}).items() if k != "phase"},
             }
@@ -374,14 +687,11 @@ def summarize(res: Results, nbytes: int, ratio_key: str = "ratio") -> dict:
             s["fraction_of_limit"] = (stats[limit]["median_s"] / s["median_s"]) if limit else None
             ref = s.get("compare_to")
             if ref and ref in stats:
-                speed = bool(s.get("speed_ratio"))
-                own, other = s["median_s"], stats[ref]["median_s"]
-                s[ratio_key] = other / own if speed else own / other
-                pairs = [(q / p if speed else p / q) for p, q in zip(rows[name], rows[ref])
-                         if p is not None and q is not None]
-                if pairs:
-                    s["pair_ratios"] = pairs
-                    s["pair_ratio_median"] = statistics.median(pairs)
+                c = compare(rows[name], rows[ref], speed=bool(s.get("speed_ratio")))
+                s[ratio_key] = c["ratio"]
+                if c["pair_ratios"]:
+                    s["pair_ratios"] = c["pair_ratios"]
+                    s["pair_ratio_median"] = c["pair_ratio_median"]
         summary[phase] = {"limit": limit, "contenders": stats}
     return summary
 
@@ -398,26 +708,65 @@ class Column:
         return f"{text:<{self.width}}" if self.left else f"{text:>{self.width}}"
 
 
-def name_column(width: int = 28) -> Column:
-    return Column("contender", width, lambda n, s: n, left=True)
+def name_column(width: int = 28, header: str = "contender") -> Column:
+    return Column(header, width, lambda n, s: n, left=True)
 
 
-def throughput_columns() -> list[Column]:
-    """median GB/s, min, max (slowest / fastest round) and median s."""
+def kind_column(width: int = 6) -> Column:
+    return Column("kind", width, lambda n, s: s.get("kind", "-"), left=True)
+
+
+def throughput_columns(width: int = 7) -> list[Column]:
+    """median GB/s, min, max (slowest / fastest round; ``width`` wide) and median s."""
     return [Column("median GB/s", 11, lambda n, s: f"{s['median_gbps']:.2f}"),
-            Column("min", 7, lambda n, s: f"{s['min_gbps']:.2f}"),
-            Column("max", 7, lambda n, s: f"{s['max_gbps']:.2f}"),
+            Column("min", width, lambda n, s: f"{s['min_gbps']:.2f}"),
+            Column("max", width, lambda n, s: f"{s['max_gbps']:.2f}"),
             Column("median s", 9, lambda n, s: f"{s['median_s']:.3f}")]
 
 
-def print_table(title: str, stats: dict[str, dict], columns: list[Column]) -> None:
-    """A blank line, ``title``, then one row per contender of ``stats`` (indented 2)."""
-    print(f"\n{title}")
+def seconds_columns() -> list[Column]:
+    """median s, min s, max s (needs ``summarize(..., seconds_range=True)``)."""
+    return [Column("median s", 9, lambda n, s: f"{s['median_s']:.3f}"),
+            Column("min s", 8, lambda n, s: f"{s['min_s']:.3f}"),
+            Column("max s", 8, lambda n, s: f"{s['max_s']:.3f}")]
+
+
+def ratio_column(header: str, width: int = 9) -> Column:
+    """The contender's ``ratio`` (``baseline`` on a row with meta ``baseline``)."""
+    return Column(header, width, lambda n, s: f"{s['ratio']:.2f}x" if "ratio" in s
+                  else ("baseline" if s.get("baseline") else "-"))
+
+
+OPS = {">=": operator.ge, "<=": operator.le}
+
+
+def target_column(op: str, goal: float, width: int = 7) -> Column:
+    """``ok`` / ``MISSED``: the contender's ``ratio`` against the target ``op goal``."""
+    return Column("target", width, lambda n, s: ("ok" if OPS[op](s["ratio"], goal) else "MISSED")
+                  if "ratio" in s else "-")
+
+
+def print_table(title: str | None, stats: dict[str, dict], columns: list[Column],
+                pairs: str | None = None, **pair_widths) -> None:
+    """A blank line and ``title`` (none if None), then one row per entry of ``stats``
+    (indented 2); with ``pairs`` (a caption), then :func:`print_pairs`."""
+    if title is not None:
+        print(f"\n{title}")
     hdr = "  " + " ".join(c.fmt(c.header) for c in columns)
     print(hdr)
     print("  " + "-" * (len(hdr) - 2))
     for name, s in stats.items():
         print("  " + " ".join(c.fmt(c.cell(name, s)) for c in columns))
+    if pairs is not None:
+        print_pairs(stats, pairs, **pair_widths)
+
+
+def pair_line(name: str, ref: str, r: dict, name_width: int = 26, ref_width: int = 24,
+              note: str = "") -> str:
+    """One line of per-round pairs: ``r`` has pair_ratios and pair_ratio_median."""
+    rs = ", ".join(f"{x:.2f}" for x in r["pair_ratios"])
+    return (f"    {name:<{name_width}} vs {ref:<{ref_width}} "
+            f"median {r['pair_ratio_median']:.2f}x  [{rs}]{note}")
 
 
 def print_pairs(stats: dict[str, dict], caption: str, name_width: int = 26,
@@ -428,12 +777,61 @@ def print_pairs(stats: dict[str, dict], caption: str, name_width: int = 26,
         return
     print(f"  {caption}")
     for name, s in pairs.items():
-        rs = ", ".join(f"{r:.2f}" for r in s["pair_ratios"])
-        print(f"    {name:<{name_width}} vs {s['compare_to']:<{ref_width}} "
-              f"median {s['pair_ratio_median']:.2f}x  [{rs}]")
+        print(pair_line(name, s["compare_to"], s, name_width, ref_width))
+
+
+@dataclasses.dataclass
+class Target:
+    """A contender's ratio against its reference and the target ``op goal``."""
+    contender: str
+    ratio: float
+    compare_to: str
+    op: str
+    goal: float
+    pair_ratio_median: float | None
+
+    @property
+    def met(self) -> bool:
+        return OPS[self.op](self.ratio, self.goal)
+
+    def doc(self) -> dict:
+        return {"contender": self.contender, "ratio": self.ratio, "compare_to": self.compare_to,
+                "op": self.op, "target": self.goal, "met": self.met}
+
+
+def targets_of(stats: dict[str, dict], op: str, goal: float) -> list[Target]:
+    """A :class:`Target` for every contender of ``stats`` that has a ``ratio``."""
+    return [Target(n, s["ratio"], s["compare_to"], op, goal, s.get("pair_ratio_median"))
+            for n, s in stats.items() if "ratio" in s]
+
+
+def print_targets(targets: list[Target]) -> None:
+    """The TARGETS block: ratio, per-round pair median, target and met / MISSED."""
+    print("\n== TARGETS (median ratio; per-round pair median in brackets)")
+    for t in targets:
+        pm = float("nan") if t.pair_ratio_median is None else t.pair_ratio_median
+        print(f"  {t.contender:<28} {t.ratio:5.2f}x vs {t.compare_to:<28} [{pm:.2f}x]  "
+              f"target {t.op} {t.goal:.2f}x  {'met' if t.met else 'MISSED'}")
+
+
+def print_errors(errors: dict[str, str], title: str = "failed contenders",
+                 limit: int | None = None) -> None:
+    """``title`` and every failure (its message cut to ``limit`` characters), if any."""
+    if errors:
+        print(f"\n{title}:")
+        for name, err in errors.items():
+            print(f"  {name}: {err if limit is None else err[:limit]}")
 
 
 def write_json(path: str, doc: dict) -> None:
     with open(path, "w") as f:
         json.dump(doc, f, indent=2, default=str)
     print(f"\nJSON written to {path}")
+
+
+def write_report(path: str | None, meta: dict, args, **sections) -> None:
+    """With ``--json PATH``: ``machine`` and ``versions`` (``meta``), ``args`` (the options, a
+    Namespace or a dict), then ``sections`` in order."""
+    if path:
+        write_json(path, {**meta, "args": args if isinstance(args, dict) else vars(args),
+                          **sections})

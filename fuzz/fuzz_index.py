@@ -39,9 +39,11 @@ def _read_against_zeros(m: Manifest) -> None:
     j = b.tensor_begin[:n]
     crc_begin = b.crc_begin[j.tolist() + [len(b.nbytes)]].astype(np.uint64) if n else np.zeros(1, np.uint64)
     try:
-        _core.read_shards([f.name for f in m.files], buffers, [0] * len(buffers), list(m.keys),
-                          b.file[j].astype(np.uint32), b.offset[j], b.nbytes[j], b.crcs,
-                          crc_begin, [None] * n, m.chunk_size, 1, True)
+        _core.read_shards(names=[f.name for f in m.files], buffers=buffers,
+                          bases=[0] * len(buffers), keys=list(m.keys),
+                          sources=b.file[j].astype(np.uint32), offsets=b.offset[j],
+                          nbytes=b.nbytes[j], crcs=b.crcs, crc_begin=crc_begin, dsts=[None] * n,
+                          options=_core.ReadOptions(chunk_size=m.chunk_size, threads=1))
     except CorruptCheckpointError:
         pass
 

@@ -17,6 +17,53 @@ class ProgressCounter:
     def value(self) -> int:
         """Bytes processed so far."""
 
+class ReadOptions:
+    """Tuning of read_shards."""
+
+    def __init__(self: ReadOptions, *, chunk_size: int = 1048576, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536, progress: ProgressCounter | None = None) -> None: ...
+
+    @property
+    def chunk_size(self) -> int:
+        """Bytes per checksummed chunk (the manifest's chunk_size)."""
+
+    @chunk_size.setter
+    def chunk_size(self, value: int) -> None: ...
+
+    @property
+    def max_gap(self) -> int:
+        """Small tensors of one file closer than this many bytes share a read."""
+
+    @max_gap.setter
+    def max_gap(self, value: int) -> None: ...
+
+    @property
+    def piece_size(self) -> int:
+        """Unit of parallel work in bytes."""
+
+    @piece_size.setter
+    def piece_size(self, value: int) -> None: ...
+
+    @property
+    def progress(self) -> ProgressCounter | None:
+        """ProgressCounter the bytes read are added to, or None."""
+
+    @progress.setter
+    def progress(self, value: ProgressCounter | None) -> None: ...
+
+    @property
+    def threads(self) -> int:
+        """Worker threads (<= 0: default_threads())."""
+
+    @threads.setter
+    def threads(self, value: int) -> None: ...
+
+    @property
+    def verify(self) -> bool:
+        """Check every chunk's CRC-32C."""
+
+    @verify.setter
+    def verify(self, value: bool) -> None: ...
+
 class StagedWrite:
     """A write that overlaps copying live tensors into staging buffers."""
 
@@ -26,7 +73,47 @@ class StagedWrite:
     def wait(self: StagedWrite) -> tuple:
         """Waits for the write; returns (masked chunk crcs, crc_begin)."""
 
-def compute_checksums(keys: Sequence[str], arrays: list, chunk_size: int, threads: int = 0) -> tuple:
+class WriteOptions:
+    """Tuning of write_shards, compute_checksums and start_staged_write."""
+
+    def __init__(self: WriteOptions, *, chunk_size: int = 1048576, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: ProgressCounter | None = None) -> None: ...
+
+    @property
+    def chunk_size(self) -> int:
+        """Bytes per checksummed chunk."""
+
+    @chunk_size.setter
+    def chunk_size(self, value: int) -> None: ...
+
+    @property
+    def piece_size(self) -> int:
+        """Unit of parallel work in bytes."""
+
+    @piece_size.setter
+    def piece_size(self, value: int) -> None: ...
+
+    @property
+    def progress(self) -> ProgressCounter | None:
+        """ProgressCounter the bytes written are added to, or None."""
+
+    @progress.setter
+    def progress(self, value: ProgressCounter | None) -> None: ...
+
+    @property
+    def sync(self) -> bool:
+        """fsync every file before returning."""
+
+    @sync.setter
+    def sync(self, value: bool) -> None: ...
+
+    @property
+    def threads(self) -> int:
+        """Worker threads (<= 0: default_threads())."""
+
+    @threads.setter
+    def threads(self, value: int) -> None: ...
+
+def compute_checksums(*, keys: Sequence[str], arrays: list, options: WriteOptions = WriteOptions()) -> tuple:
     """Masked chunk CRCs of arrays without writing; returns (crcs, crc_begin)."""
 
 def copy_arrays(srcs: list, dsts: list, threads: int = 0) -> None:
@@ -62,11 +149,11 @@ def fill_range(arrays: list, offsets: object, begin: int, out: Buffer) -> None:
 def plan_layout(nbytes: object, num_files: int, alignment: int) -> tuple:
     """Places tensors into files: returns (file[uint32], offset[uint64], file_sizes)."""
 
-def read_shards(names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, chunk_size: int, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536, progress: object = None) -> None:
+def read_shards(*, names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, options: ReadOptions = ReadOptions()) -> None:
     """Reads and verifies tensors from files (buffer None) or memory buffers into dsts."""
 
-def start_staged_write(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: object = None) -> StagedWrite:
+def start_staged_write(*, paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: list, files: object, offsets: object, options: WriteOptions = WriteOptions()) -> StagedWrite:
     """Plans a write of `staging` and starts writing each tensor once stage() copied it."""
 
-def write_shards(paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], arrays: list, files: object, offsets: object, chunk_size: int, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: object = None) -> tuple:
+def write_shards(*, paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], arrays: list, files: object, offsets: object, options: WriteOptions = WriteOptions()) -> tuple:
     """Writes arrays into new shard files; returns (masked chunk crcs, crc_begin)."""

@@ -23,6 +23,7 @@ for _i in range(256):
 
 
 def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC32C (Castagnoli) of ``data``, continuing from ``crc`` (0 to start)."""
     crc ^= 0xFFFFFFFF
     for b in data:
         crc = (crc >> 8) ^ _TABLE[(crc ^ b) & 0xFF]
@@ -30,10 +31,14 @@ def crc32c(data: bytes, crc: int = 0) -> int:
 
 
 def mask(crc: int) -> int:
+    """The masked form of a CRC that the format stores (docs/FORMAT.md): rotated right
+    by 15 bits, plus 0xA282EAD8."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def read_manifest(directory: str) -> dict:
+    """The parsed manifest of the index file in ``directory``; AssertionError on a bad
+    magic, header or manifest checksum, or end marker."""
     with open(os.path.join(directory, "pyckpt.index"), "rb") as f:
         data = f.read()
     magic, version, flags, length, body_crc, head_crc = struct.unpack_from("<8sIIQII", data, 0)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .format import run
+from .engine import run
 from .format.source import CheckpointSource
 from .sources import open_source
 from .storage import resolve
@@ -50,16 +50,19 @@ class CheckpointReader:
         return sorted(self._src.keys)
 
     def has_tensor(self, key: str) -> bool:
+        """Whether the checkpoint holds a tensor under ``key``."""
         return key in self._src.index
 
     def __contains__(self, key: object) -> bool:
         return key in self._src.index
 
     def get_variable_to_shape_map(self) -> dict[str, tuple[int, ...]]:
+        """``{key: shape}`` of every tensor, in key order (as TensorFlow's reader gives)."""
         src = self._src
         return {src.keys[i]: src.shape(i) for i in _sorted_order(src.keys)}
 
     def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
+        """``{key: numpy dtype}`` of every tensor, in key order (dtypes as stored)."""
         src = self._src
         return {src.keys[i]: src.dtype(i) for i in _sorted_order(src.keys)}
 

@@ -6,16 +6,17 @@ import argparse
 import sys
 
 from ._version import __version__
+from . import demo
 from .commands import cp, diff, inspect_cmd, ls, verify
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run
-
-    return run(args.dir)
+    return demo.run(args.dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of the ``pyckpt`` command, every subcommand registered; each sets
+    ``fn``, the function that runs it and returns the exit status."""
 
     parser = argparse.ArgumentParser(
         prog="pyckpt", description="Inspect, verify, compare and copy pyckpt checkpoints "
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the ``pyckpt`` command line on ``argv`` (default ``sys.argv[1:]``); returns
+    the exit status. OSError, ValueError and KeyError are printed to stderr as one
+    line (status 1); a closed output pipe ends quietly (status 0)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))

@@ -4,22 +4,24 @@
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import progress as _progress
-from .engine.writer import save_tensors
+from . import saving
 from .errors import CheckpointKeyError, CorruptCheckpointError
 from .format.source import CheckpointSource
 from .load_into import load_into
 from .sources import open_source
-from .storage import resolve
 from .tree import flatten, nest_flat, rebuild_leaf, skeleton_leaves, unflatten, validate_key
+
+if TYPE_CHECKING:  # for signatures only
+    from .dist.comm import Communicator
 
 __all__ = ["save", "load"]
 
 
 def save(tree: Any, path: Any, *, metadata: dict | None = None,
-         storage_options: dict | None = None, comm: Any = None,
+         storage_options: dict | None = None, comm: Communicator | None = None,
          progress: Callable[[int, int], Any] | None = None) -> str:
     """Saves a nested dict/list/tuple of arrays as a committed checkpoint at ``path``.
 
@@ -29,27 +31,10 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     ``progress(bytes_done, bytes_total)`` is called from a monitor thread while
     this worker writes.
     """
-    from .dist.comm import resolve_comm
-
-    from .sharded import ShardedArray
-
-    comm = resolve_comm(comm)
     leaves, skeleton = flatten(tree)
-    store, p = resolve(path, storage_options)
-    sharded = any(isinstance(lf.obj, ShardedArray) for lf in leaves)
-    if comm is None and sharded:
-        from .dist import SingleComm
-
-        comm = SingleComm()  # blocks must be checked and assembled like a multi-worker save
-    with _progress.reporting(progress, sum(lf.array.nbytes for lf in leaves)):
-        if comm is not None and (comm.world_size > 1 or sharded):
-            from .dist.save import distributed_save
-
-            distributed_save(comm, store, p, [(lf.key, lf.obj) for lf in leaves], tree=skeleton,
-                             metadata=metadata)
-        else:
-            save_tensors(store, p, [(lf.key, lf.array) for lf in leaves], tree=skeleton,
-                         metadata=metadata, keys_checked=True)
+    saving.write([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
+                 storage_options=storage_options, comm=comm, progress=progress, tree=skeleton,
+                 metadata=metadata)
     return str(path) if not hasattr(path, "__fspath__") else str(path.__fspath__())
 
 
@@ -111,7 +96,7 @@ def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
 
 
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
-         mmap: bool = False, storage_options: dict | None = None, comm: Any = None,
+         mmap: bool = False, storage_options: dict | None = None, comm: Communicator | None = None,
          progress: Callable[[int, int], Any] | None = None) -> Any:
     """Loads a checkpoint (see docs/API.md, "load", for every mode).
 

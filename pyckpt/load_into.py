@@ -7,7 +7,7 @@ reported, all at once, before any byte is read.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeAlias
+from typing import Any, Callable
 
 import numpy as np
 
@@ -15,22 +15,15 @@ from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_orde
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, rebuild_leaf
+from .registry import target_view
 from .sharded import ShardedArray
 from .variables import Variable
 
-# Adapters register converters for foreign in-place targets (torch tensors):
-# fn(obj) -> writable np.ndarray view, or (array, finish) when the array is a
-# host copy that finish() copies back; None when obj is not theirs.
-IntoView: TypeAlias = "np.ndarray | tuple[np.ndarray, Callable[[], None] | None]"
-_INTO_CONVERTERS: list[Callable[[Any], "IntoView | None"]] = []
-
-
-def register_into_converter(fn: Callable[[Any], "IntoView | None"]) -> None:
-    if fn not in _INTO_CONVERTERS:
-        _INTO_CONVERTERS.append(fn)
-
-
 class Target:
+    """One leaf of ``into`` to fill: its key, the array filled in place (or ``setter``,
+    which replaces an immutable leaf in its container), its leaf kind, a ShardedArray
+    target, and ``after``, run once the array is filled."""
+
     __slots__ = ("key", "array", "setter", "kind", "sharded", "after")
 
     def __init__(self, key: str, array: np.ndarray | None, setter: Callable | None, kind: str,
@@ -48,16 +41,13 @@ def _writable_view(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | N
         return obj, None
     if isinstance(obj, Variable):
         return obj._value, None
-    for conv in _INTO_CONVERTERS:
-        out = conv(obj)
-        if out is not None:
-            return out if isinstance(out, tuple) else (out, None)
-    return None
+    return target_view(obj)  # torch, JAX, user types (pyckpt.registry)
 
 
 def collect_targets(into: Any) -> list[Target]:
-    from .sharded import ShardedArray
-
+    """Every leaf of ``into`` (a tree of dicts, lists and tuples) as a Target, keyed as
+    a save of that tree is; None, str and bytes leaves are skipped. TypeError for
+    what cannot be filled: a bare array, a scalar inside a tuple, an unknown type."""
     out: list[Target] = []
 
     def walk(node: Any, key: Any, setter: Callable | None) -> None:

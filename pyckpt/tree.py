@@ -12,10 +12,12 @@ so that ``load`` rebuilds exactly what was saved.
 from __future__ import annotations
 
 import base64
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from .registry import leaf_array
+from .sharded import ShardedArray
 from .variables import Variable
 
 __all__ = ["validate_key", "flatten", "unflatten", "nest_flat", "skeleton_leaves", "rebuild_leaf", "Leaf"]
@@ -44,18 +46,42 @@ def validate_key(key: str) -> str:
     return key
 
 
+def validate_keys(keys: Sequence[str]) -> None:
+    """``validate_key`` of every key, and no key twice: the one check of a key list
+    (writers, the multi-worker planner and the manifest validator all use it).
+    Fast for 10^6 keys: the common all-valid case is checked on the joined text,
+    and only a list that fails it is walked key by key to name the culprit.
+    Raises TypeError/ValueError naming the key."""
+    n = len(keys)
+    try:
+        blob = "\x00".join(keys)  # NUL is not allowed in keys: a safe separator
+    except TypeError:
+        blob = None
+    if blob is None or blob.count("\x00") != max(n - 1, 0) or _bad_components(blob, n):
+        for k in keys:
+            validate_key(k)
+    del blob
+    if len(set(keys)) != n:
+        seen: set[str] = set()
+        for k in keys:
+            if k in seen:
+                raise ValueError(f"key {k!r} is listed twice")
+            seen.add(k)
+
+
+def _bad_components(blob: str, n: int) -> bool:
+    """Whether some key of the NUL-joined ``blob`` of n keys is empty, starts with
+    '/', or has an empty, ``.`` or ``..`` component (``validate_key``'s rules, on
+    all keys at once)."""
+    if n == 0:
+        return False
+    t = "/" + blob.replace("\x00", "/") + "/"  # key boundaries act as separators
+    return "//" in t or "/./" in t or "/../" in t
+
+
 # ---------------------------------------------------------------------------
 # Leaves
 # ---------------------------------------------------------------------------
-
-# Adapters register converters for foreign array types (torch, jax) here:
-# fn(obj) -> np.ndarray | None (None: not mine).
-_LEAF_CONVERTERS: list[Callable[[Any], "np.ndarray | None"]] = []
-
-
-def register_leaf_converter(fn: Callable[[Any], "np.ndarray | None"]) -> None:
-    if fn not in _LEAF_CONVERTERS:
-        _LEAF_CONVERTERS.append(fn)
 
 
 class Leaf:
@@ -89,15 +115,10 @@ def as_array_leaf(obj: Any) -> tuple[np.ndarray, str] | None:
             raise ValueError(f"integer {obj} does not fit in int64") from None
     if isinstance(obj, np.generic):
         return np.asarray(obj), "numpy_scalar"
-    from .sharded import ShardedArray
-
     if isinstance(obj, ShardedArray):  # one worker's block; saved through the sharded path
         return obj.local, "ndarray"
-    for conv in _LEAF_CONVERTERS:
-        arr = conv(obj)
-        if arr is not None:
-            return arr, "ndarray"
-    return None
+    arr = leaf_array(obj)  # torch, JAX, user types (pyckpt.registry)
+    return None if arr is None else (arr, "ndarray")
 
 
 def _static(obj: Any) -> dict | None:
@@ -164,6 +185,8 @@ _SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}
 
 
 def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
+    """The leaf of ``kind`` (as ``flatten`` recorded it: "ndarray", "numpy_scalar",
+    "int", "float", "bool", "complex") from its loaded array; ValueError for another."""
     if kind == "ndarray":
         return arr
     if kind == "numpy_scalar":

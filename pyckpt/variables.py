@@ -43,30 +43,37 @@ class Variable(np.lib.mixins.NDArrayOperatorsMixin):
     # -- properties -------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The variable's name (as given, else ``Variable_<n>``)."""
         return self._name
 
     @property
     def trainable(self) -> bool:
+        """Whether the variable is trainable (see ``Module.trainable_variables``)."""
         return self._trainable
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape of the value (fixed: assignments keep it)."""
         return self._value.shape
 
     @property
     def dtype(self) -> np.dtype:
+        """The dtype of the value (fixed: assignments cast to it)."""
         return self._value.dtype
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions of the value."""
         return self._value.ndim
 
     @property
     def size(self) -> int:
+        """The number of elements of the value."""
         return self._value.size
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the value."""
         return self._value.nbytes
 
     # -- value access -------------------------------------------------------------
@@ -75,9 +82,11 @@ class Variable(np.lib.mixins.NDArrayOperatorsMixin):
         return self._value.copy()
 
     def read_value(self) -> np.ndarray:
+        """A copy of the current value (as ``numpy()``)."""
         return self.numpy()
 
     def value(self) -> np.ndarray:
+        """A copy of the current value (as ``numpy()``)."""
         return self.numpy()
 
     def _check(self, value: Any) -> np.ndarray:
@@ -88,14 +97,20 @@ class Variable(np.lib.mixins.NDArrayOperatorsMixin):
         return v
 
     def assign(self, value: Any, read_value: bool = False) -> "Variable":
+        """Writes ``value`` into the variable's buffer in place; returns the variable.
+        ValueError when the shape differs, TypeError when the cast is not "same_kind".
+        ``read_value`` is accepted for TensorFlow compatibility and ignored."""
         np.copyto(self._value, self._check(value), casting="same_kind")
         return self
 
     def assign_add(self, delta: Any, read_value: bool = False) -> "Variable":
+        """Adds ``delta`` in place (same shape, "same_kind" casting); returns the variable."""
         np.add(self._value, self._check(delta), out=self._value, casting="same_kind")
         return self
 
     def assign_sub(self, delta: Any, read_value: bool = False) -> "Variable":
+        """Subtracts ``delta`` in place (same shape, "same_kind" casting); returns the
+        variable."""
         np.subtract(self._value, self._check(delta), out=self._value, casting="same_kind")
         return self
 

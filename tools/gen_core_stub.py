@@ -25,12 +25,16 @@ _REPLACE = [
 ]
 
 
+def _clean(text: str) -> str:
+    for a, b in _REPLACE:
+        text = text.replace(a, b)
+    return text
+
+
 def _sig(fn: object) -> tuple[str, str]:
     lines = (getattr(fn, "__doc__", "") or "").strip().splitlines()
     sig, doc = lines[0], " ".join(l.strip() for l in lines[1:] if l.strip())
-    for a, b in _REPLACE:
-        sig = sig.replace(a, b)
-    return sig, doc
+    return _clean(sig), doc
 
 
 def render() -> str:
@@ -49,8 +53,12 @@ def render() -> str:
                 if isinstance(attr, property):
                     head = (attr.fget.__doc__ or "").strip().splitlines()[:1]
                     ret = head[0].rsplit("->", 1)[1].strip() if head and "->" in head[0] else "object"
+                    ret = _clean(ret)
                     out.append(f"\n    @property\n    def {meth}(self) -> {ret}:\n"
                                f"        \"\"\"{(attr.__doc__ or '').strip()}\"\"\"\n")
+                    if attr.fset is not None:  # a read-write field: its type both ways
+                        out.append(f"\n    @{meth}.setter\n"
+                                   f"    def {meth}(self, value: {ret}) -> None: ...\n")
                     continue
                 sig, doc = _sig(getattr(obj, meth))
                 out.append(f"\n    def {sig}:\n        \"\"\"{doc}\"\"\"\n")

@@ -2,13 +2,17 @@
 //
 // Every function has one shape: parse arguments into native structs (GIL
 // held) -> release the GIL -> run the core -> reacquire -> convert the result
-// or raise through RaiseIfError (status_to_python.h).
+// or raise through RaiseIfError (status_to_python.h). The bulk entry points take
+// their data as keyword arguments and their tuning as one options object
+// (ReadOptions, WriteOptions), whose Native() is the one place the core's
+// option structs are filled.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +44,62 @@ class ProgressCounter {
 std::atomic<uint64_t>* CounterPtr(const py::handle& obj) {
   if (obj.is_none()) return nullptr;
   return &obj.cast<ProgressCounter&>().value;
+}
+
+// The tuning of the shard readers and writers as Python sees it (`ReadOptions`,
+// `WriteOptions`, keyword-constructed, named fields). Native() is the one place
+// where the core's option struct is filled from it; call it with the GIL held
+// (the progress counter is a Python object) and hold a reference to that counter
+// while the core runs (the native options point into it).
+struct ReadOptionsPy {
+  uint64_t chunk_size = 1u << 20;
+  int threads = 0;
+  bool verify = true;
+  uint64_t piece_size = 8u << 20;
+  uint64_t max_gap = 64u << 10;
+  py::object progress = py::none();
+
+  ShardReadOptions Native() const {
+    ShardReadOptions opt;
+    opt.chunk_size = chunk_size;
+    opt.threads = threads;
+    opt.verify = verify;
+    opt.piece_size = piece_size;
+    opt.max_gap = max_gap;
+    opt.progress = CounterPtr(progress);
+    return opt;
+  }
+};
+
+struct WriteOptionsPy {
+  uint64_t chunk_size = 1u << 20;
+  int threads = 0;
+  uint64_t piece_size = 8u << 20;
+  bool sync = true;
+  py::object progress = py::none();
+
+  ShardWriteOptions Native() const {
+    ShardWriteOptions opt;
+    opt.chunk_size = chunk_size;
+    opt.threads = threads;
+    opt.piece_size = piece_size;
+    opt.sync = sync;
+    opt.progress = CounterPtr(progress);
+    return opt;
+  }
+};
+
+// The Python object of a counter (kept alive by the options), or None.
+using OptionalCounter = std::optional<ProgressCounter*>;
+
+py::object CounterObject(OptionalCounter counter) {
+  if (!counter || *counter == nullptr) return py::none();
+  return py::cast(*counter, py::return_value_policy::reference);  // the existing wrapper
+}
+
+OptionalCounter CounterOf(const py::object& obj) {
+  if (obj.is_none()) return std::nullopt;
+  return &obj.cast<ProgressCounter&>();
 }
 
 uint32_t Crc32c(const py::buffer& data, uint32_t crc) {
@@ -108,15 +168,11 @@ py::tuple ChecksumTuple(ChecksumResult&& r) {
 
 py::tuple WriteShardsPy(const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
                         const std::vector<std::string>& keys, const py::list& arrays,
-                        const py::handle& files, const py::handle& offsets, uint64_t chunk_size,
-                        int threads, uint64_t piece_size, bool sync, const py::handle& progress) {
+                        const py::handle& files, const py::handle& offsets,
+                        const WriteOptionsPy& options) {
   std::vector<ShardWriteItem> items = WriteItems(keys, arrays, files, offsets);
-  ShardWriteOptions opt;
-  opt.chunk_size = chunk_size;
-  opt.threads = threads;
-  opt.piece_size = piece_size;
-  opt.sync = sync;
-  opt.progress = CounterPtr(progress);
+  const ShardWriteOptions opt = options.Native();
+  const py::object counter = options.progress;  // alive while the core adds to it
   ChecksumResult result;
   Status st;
   {
@@ -128,11 +184,10 @@ py::tuple WriteShardsPy(const std::vector<std::string>& paths, const std::vector
 }
 
 py::tuple ComputeChecksumsPy(const std::vector<std::string>& keys, const py::list& arrays,
-                             uint64_t chunk_size, int threads) {
+                             const WriteOptionsPy& options) {
   std::vector<ShardWriteItem> items = WriteItems(keys, arrays, py::none(), py::none());
-  ShardWriteOptions opt;
-  opt.chunk_size = chunk_size;
-  opt.threads = threads;
+  const ShardWriteOptions opt = options.Native();
+  const py::object counter = options.progress;  // alive while the core adds to it
   ChecksumResult result;
   Status st;
   {
@@ -147,8 +202,10 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
                   const std::vector<uint64_t>& bases, const std::vector<std::string>& keys,
                   const py::handle& sources, const py::handle& offsets, const py::handle& nbytes,
                   const py::handle& crcs_obj, const py::handle& crc_begin_obj, const py::list& dsts,
-                  uint64_t chunk_size, int threads, bool verify, uint64_t piece_size,
-                  uint64_t max_gap, const py::handle& progress) {
+                  const ReadOptionsPy& options) {
+  const ShardReadOptions opt = options.Native();
+  const py::object counter = options.progress;  // alive while the core adds to it
+  const uint64_t chunk_size = opt.chunk_size;
   const size_t ns = names.size();
   if (static_cast<size_t>(py::len(buffers)) != ns || bases.size() != ns)
     throw py::value_error("names, buffers and bases differ in length");
@@ -192,13 +249,6 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
       it.dst = ArrayView(d, /*writable=*/true, "destination array");
     }
   }
-  ShardReadOptions opt;
-  opt.chunk_size = chunk_size;
-  opt.threads = threads;
-  opt.verify = verify;
-  opt.piece_size = piece_size;
-  opt.max_gap = max_gap;
-  opt.progress = CounterPtr(progress);
   Status st;
   {
     py::gil_scoped_release release;
@@ -246,23 +296,17 @@ class PyStagedWrite {
 std::unique_ptr<PyStagedWrite> StartStagedWritePy(
     const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
     const std::vector<std::string>& keys, const py::list& staging, const py::list& live,
-    const py::handle& files, const py::handle& offsets, uint64_t chunk_size, int threads,
-    uint64_t piece_size, bool sync, const py::handle& progress) {
+    const py::handle& files, const py::handle& offsets, const WriteOptionsPy& options) {
   std::vector<ShardWriteItem> items = WriteItems(keys, staging, files, offsets);
   if (static_cast<size_t>(py::len(live)) != items.size())
     throw py::value_error("staging and live differ in length");
   std::vector<TensorView> live_views(items.size());
   for (size_t i = 0; i < items.size(); ++i) live_views[i] = ArrayView(live[i], false, "tensor");
-  ShardWriteOptions opt;
-  opt.chunk_size = chunk_size;
-  opt.threads = threads;
-  opt.piece_size = piece_size;
-  opt.sync = sync;
-  opt.progress = CounterPtr(progress);
+  const ShardWriteOptions opt = options.Native();
   auto out = std::make_unique<PyStagedWrite>();
   out->keep.append(staging);
   out->keep.append(live);
-  out->keep.append(progress);
+  out->keep.append(options.progress);  // the counter the writer threads add to
   Status st;
   {
     py::gil_scoped_release release;
@@ -313,23 +357,6 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.def("plan_layout", &PlanLayoutPy, py::arg("nbytes"), py::arg("num_files"),
         py::arg("alignment"),
         "Places tensors into files: returns (file[uint32], offset[uint64], file_sizes).");
-  m.def("write_shards", &WriteShardsPy, py::arg("paths"), py::arg("file_sizes"), py::arg("keys"),
-        py::arg("arrays"), py::arg("files"), py::arg("offsets"), py::arg("chunk_size"),
-        py::arg("threads") = 0, py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
-        py::arg("progress") = py::none(),
-        "Writes arrays into new shard files; returns (masked chunk crcs, crc_begin).");
-  m.def("compute_checksums", &ComputeChecksumsPy, py::arg("keys"), py::arg("arrays"),
-        py::arg("chunk_size"), py::arg("threads") = 0,
-        "Masked chunk CRCs of arrays without writing; returns (crcs, crc_begin).");
-  m.def("read_shards", &ReadShardsPy, py::arg("names"), py::arg("buffers"), py::arg("bases"),
-        py::arg("keys"), py::arg("sources"), py::arg("offsets"), py::arg("nbytes"),
-        py::arg("crcs"), py::arg("crc_begin"), py::arg("dsts"), py::arg("chunk_size"),
-        py::arg("threads") = 0, py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
-        py::arg("max_gap") = 64u << 10, py::arg("progress") = py::none(),
-        "Reads and verifies tensors from files (buffer None) or memory buffers into dsts.");
-  m.def("fill_range", &FillRangePy, py::arg("arrays"), py::arg("offsets"), py::arg("begin"),
-        py::arg("out"),
-        "Fills `out` with file bytes [begin, begin+len(out)) of tensors placed at offsets (sorted).");
   py::class_<ProgressCounter>(m, "ProgressCounter",
                               "Bytes processed so far by the core calls it is passed to.")
       .def(py::init<>())
@@ -339,6 +366,74 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       .def(
           "add", [](ProgressCounter& c, uint64_t n) { c.value.fetch_add(n); }, py::arg("n"),
           "Adds n bytes (for work done in Python).");
+  py::class_<ReadOptionsPy>(m, "ReadOptions", "Tuning of read_shards.")
+      .def(py::init([](uint64_t chunk_size, int threads, bool verify, uint64_t piece_size,
+                       uint64_t max_gap, OptionalCounter progress) {
+             ReadOptionsPy o;
+             o.chunk_size = chunk_size;
+             o.threads = threads;
+             o.verify = verify;
+             o.piece_size = piece_size;
+             o.max_gap = max_gap;
+             o.progress = CounterObject(progress);
+             return o;
+           }),
+           py::kw_only(), py::arg("chunk_size") = 1u << 20, py::arg("threads") = 0,
+           py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
+           py::arg("max_gap") = 64u << 10, py::arg("progress") = py::none())
+      .def_readwrite("chunk_size", &ReadOptionsPy::chunk_size,
+                     "Bytes per checksummed chunk (the manifest's chunk_size).")
+      .def_readwrite("threads", &ReadOptionsPy::threads,
+                     "Worker threads (<= 0: default_threads()).")
+      .def_readwrite("verify", &ReadOptionsPy::verify, "Check every chunk's CRC-32C.")
+      .def_readwrite("piece_size", &ReadOptionsPy::piece_size, "Unit of parallel work in bytes.")
+      .def_readwrite("max_gap", &ReadOptionsPy::max_gap,
+                     "Small tensors of one file closer than this many bytes share a read.")
+      .def_property(
+          "progress", [](const ReadOptionsPy& o) { return CounterOf(o.progress); },
+          [](ReadOptionsPy& o, OptionalCounter p) { o.progress = CounterObject(p); },
+          py::return_value_policy::reference,
+          "ProgressCounter the bytes read are added to, or None.");
+  py::class_<WriteOptionsPy>(m, "WriteOptions", "Tuning of write_shards, compute_checksums and "
+                                                "start_staged_write.")
+      .def(py::init([](uint64_t chunk_size, int threads, uint64_t piece_size, bool sync,
+                       OptionalCounter progress) {
+             WriteOptionsPy o;
+             o.chunk_size = chunk_size;
+             o.threads = threads;
+             o.piece_size = piece_size;
+             o.sync = sync;
+             o.progress = CounterObject(progress);
+             return o;
+           }),
+           py::kw_only(), py::arg("chunk_size") = 1u << 20, py::arg("threads") = 0,
+           py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
+           py::arg("progress") = py::none())
+      .def_readwrite("chunk_size", &WriteOptionsPy::chunk_size, "Bytes per checksummed chunk.")
+      .def_readwrite("threads", &WriteOptionsPy::threads,
+                     "Worker threads (<= 0: default_threads()).")
+      .def_readwrite("piece_size", &WriteOptionsPy::piece_size, "Unit of parallel work in bytes.")
+      .def_readwrite("sync", &WriteOptionsPy::sync, "fsync every file before returning.")
+      .def_property(
+          "progress", [](const WriteOptionsPy& o) { return CounterOf(o.progress); },
+          [](WriteOptionsPy& o, OptionalCounter p) { o.progress = CounterObject(p); },
+          py::return_value_policy::reference,
+          "ProgressCounter the bytes written are added to, or None.");
+  m.def("write_shards", &WriteShardsPy, py::kw_only(), py::arg("paths"), py::arg("file_sizes"),
+        py::arg("keys"), py::arg("arrays"), py::arg("files"), py::arg("offsets"),
+        py::arg_v("options", WriteOptionsPy(), "WriteOptions()"),
+        "Writes arrays into new shard files; returns (masked chunk crcs, crc_begin).");
+  m.def("compute_checksums", &ComputeChecksumsPy, py::kw_only(), py::arg("keys"),
+        py::arg("arrays"), py::arg_v("options", WriteOptionsPy(), "WriteOptions()"),
+        "Masked chunk CRCs of arrays without writing; returns (crcs, crc_begin).");
+  m.def("read_shards", &ReadShardsPy, py::kw_only(), py::arg("names"), py::arg("buffers"),
+        py::arg("bases"), py::arg("keys"), py::arg("sources"), py::arg("offsets"),
+        py::arg("nbytes"), py::arg("crcs"), py::arg("crc_begin"), py::arg("dsts"),
+        py::arg_v("options", ReadOptionsPy(), "ReadOptions()"),
+        "Reads and verifies tensors from files (buffer None) or memory buffers into dsts.");
+  m.def("fill_range", &FillRangePy, py::arg("arrays"), py::arg("offsets"), py::arg("begin"),
+        py::arg("out"),
+        "Fills `out` with file bytes [begin, begin+len(out)) of tensors placed at offsets (sorted).");
   py::class_<PyStagedWrite>(m, "StagedWrite",
                             "A write that overlaps copying live tensors into staging buffers.")
       .def(
@@ -367,10 +462,10 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
             return ChecksumTuple(std::move(result));
           },
           "Waits for the write; returns (masked chunk crcs, crc_begin).");
-  m.def("start_staged_write", &StartStagedWritePy, py::arg("paths"), py::arg("file_sizes"),
-        py::arg("keys"), py::arg("staging"), py::arg("live"), py::arg("files"),
-        py::arg("offsets"), py::arg("chunk_size"), py::arg("threads") = 0,
-        py::arg("piece_size") = 8u << 20, py::arg("sync") = true, py::arg("progress") = py::none(),
+  m.def("start_staged_write", &StartStagedWritePy, py::kw_only(), py::arg("paths"),
+        py::arg("file_sizes"), py::arg("keys"), py::arg("staging"), py::arg("live"),
+        py::arg("files"), py::arg("offsets"),
+        py::arg_v("options", WriteOptionsPy(), "WriteOptions()"),
         "Plans a write of `staging` and starts writing each tensor once stage() copied it.");
   m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");

@@ -15,12 +15,17 @@ from typing import Any
 
 import numpy as np
 
+from .. import flat as flat_api
+from ..registry import register_adapter
+
 
 def _jax() -> Any:
     return sys.modules.get("jax")
 
 
 def to_numpy(obj: Any) -> np.ndarray | None:
+    """The ``leaf`` hook: a host numpy copy of a ``jax.Array``, else None (also when JAX
+    is not imported)."""
     jax = _jax()
     if jax is None or not isinstance(obj, jax.Array):
         return None
@@ -36,7 +41,7 @@ def _key(entry: Any) -> str:
 
 def flatten(tree: Any) -> tuple[dict[str, Any], Any]:
     """(flat {key: leaf}, treedef) with '/'-joined pytree paths as keys."""
-    import jax
+    import jax  # optional dependency
 
     pairs, treedef = jax.tree_util.tree_flatten_with_path(tree)
     flat = {"/".join(_key(e) for e in path): leaf for path, leaf in pairs}
@@ -47,23 +52,19 @@ def flatten(tree: Any) -> tuple[dict[str, Any], Any]:
 
 def save(tree: Any, path: Any, **kwargs: Any) -> str:
     """Saves any pytree (custom nodes included) as a flat checkpoint of its paths."""
-    import pyckpt
-
     flat, _ = flatten(tree)
-    return pyckpt.save(flat, path, **kwargs)
+    return flat_api.save(flat, path, **kwargs)
 
 
 def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     """A new pytree like ``target`` with every leaf read from ``path`` and placed like
     the target's (shape and dtype must match)."""
-    import jax
-
-    import pyckpt
+    import jax  # optional dependency
 
     flat, treedef = flatten(target)
     holders = {k: np.empty(np.shape(v), dtype=np.asarray(v).dtype if not hasattr(v, "dtype") else v.dtype)
                for k, v in flat.items()}
-    pyckpt.load(path, into=holders, **kwargs)
+    flat_api.load(path, into=holders, **kwargs)
     leaves = []
     for k, v in flat.items():
         arr = holders[k]
@@ -75,6 +76,5 @@ def restore(path: Any, target: Any, **kwargs: Any) -> Any:
 
 
 def register() -> None:
-    from ..tree import register_leaf_converter
-
-    register_leaf_converter(to_numpy)
+    """Registers the JAX ``leaf`` hook with pyckpt.registry under the name "jax"."""
+    register_adapter("jax", leaf=to_numpy)

@@ -20,6 +20,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..graph.object_graph import MISSING
+from ..registry import register_adapter
+
 
 def _torch() -> Any:
     return sys.modules.get("torch")
@@ -74,7 +77,7 @@ def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
 
 def to_torch(tree: Any) -> Any:
     """The same tree with numpy arrays turned into torch tensors (bfloat16 kept)."""
-    import torch
+    import torch  # optional dependency
 
     def conv(x: Any) -> Any:
         if isinstance(x, dict):
@@ -111,8 +114,6 @@ class ModuleNode:
         return out
 
     def _pyckpt_get_child(self, name: str) -> Any:
-        from ..graph.object_graph import MISSING
-
         for n, v in self._pyckpt_children():
             if n == name:
                 return v
@@ -146,13 +147,11 @@ class OptimizerNode:
         return list(self._tree.items())
 
     def _pyckpt_get_child(self, name: str) -> Any:
-        from ..graph.object_graph import MISSING
-
         return self._tree.get(name, MISSING)
 
     def _pyckpt_restore(self, values: dict) -> None:
         """Rebuilds the state_dict from stored values and loads it."""
-        import torch
+        import torch  # optional dependency
 
         sd = self.optimizer.state_dict()
         stored_state = values.get("state", {})
@@ -189,6 +188,8 @@ def _pythonic(template: Any, v: Any) -> Any:
 
 
 def node_for(obj: Any) -> Any:
+    """The ``node`` hook: a ModuleNode for an ``nn.Module``, an OptimizerNode for an
+    optimizer, else None (also when torch is not imported)."""
     torch = _torch()
     if torch is None:
         return None
@@ -200,11 +201,6 @@ def node_for(obj: Any) -> Any:
 
 
 def register() -> None:
-    from ..graph.object_graph import register_adapter, register_value_adapter
-    from ..load_into import register_into_converter
-    from ..tree import register_leaf_converter
-
-    register_leaf_converter(to_numpy)
-    register_into_converter(writable)
-    register_value_adapter(writable)
-    register_adapter(node_for)
+    """Registers the torch hooks (leaf, target, node) with pyckpt.registry under the
+    name "torch"."""
+    register_adapter("torch", leaf=to_numpy, target=writable, node=node_for)

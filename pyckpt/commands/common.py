@@ -30,11 +30,13 @@ def parse_options(pairs: list[str] | None) -> dict | None:
 
 
 def add_storage_options(p: argparse.ArgumentParser) -> None:
+    """Adds the repeatable ``--storage-option KEY=VALUE`` argument (see ``parse_options``)."""
     p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                    help="fsspec storage option (repeatable), e.g. endpoint_url=http://127.0.0.1:9000")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:
+    """Adds ``--json`` (machine-readable output) and ``--quiet``/``-q`` (no progress bar)."""
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
@@ -63,11 +65,13 @@ def progress_bar(args: argparse.Namespace, desc: str) -> tuple[Callable[[int, in
 
 
 def emit_json(obj: Any) -> None:
+    """Writes ``obj`` to stdout as indented JSON (``str()`` of what JSON cannot hold)."""
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
 
 
 def human(n: float) -> str:
+    """A byte count for people: ``512 B``, ``1.5 KiB`` ... ``TiB`` (powers of 1024)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -76,5 +80,6 @@ def human(n: float) -> str:
 
 
 def fail(msg: str) -> int:
+    """Prints ``pyckpt: <msg>`` to stderr; returns exit status 1."""
     print(f"pyckpt: {msg}", file=sys.stderr)
     return 1

@@ -12,6 +12,9 @@ from .common import add_output_options, add_storage_options, emit_json, fail, pa
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``pyckpt cp``: copies SRC to DST, or converts when either is a ``.safetensors``
+    file; returns the exit status (1 on failure). ``--src-storage-option`` and
+    ``--dst-storage-option`` add to (and override) ``--storage-option`` on their side."""
     both = parse_options(args.storage_option) or {}
     src_opts = {**both, **(parse_options(args.src_storage_option) or {})} or None
     dst_opts = {**both, **(parse_options(args.dst_storage_option) or {})} or None
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the ``cp`` subcommand to the command line's subparsers."""
     p = sub.add_parser("cp", help="copy (or convert to/from .safetensors) between any two URLs")
     p.add_argument("src")
     p.add_argument("dst")

@@ -13,6 +13,9 @@ from .common import add_output_options, add_storage_options, emit_json, parse_op
 
 
 def compare(a: np.ndarray, b: np.ndarray) -> dict:
+    """Compares two tensors: ``{"status": "equal"}`` when their bytes are; else
+    ``"changed"`` with each side's ``[dtype, shape]`` when those differ, or, for
+    numeric non-empty tensors, ``max_abs_diff`` and ``elements_differing``."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return {"status": "changed", "a": [str(a.dtype), list(a.shape)],
                 "b": [str(b.dtype), list(b.shape)]}
@@ -29,6 +32,8 @@ def compare(a: np.ndarray, b: np.ndarray) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``pyckpt diff``: prints (or emits as JSON) the keys added, removed and
+    changed, reading one pair of tensors at a time; returns 0 when identical, else 1."""
     so = parse_options(args.storage_option)
     ra, rb = load_checkpoint(args.a, storage_options=so), load_checkpoint(args.b, storage_options=so)
     ka, kb = set(ra.keys()), set(rb.keys())
@@ -59,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the ``diff`` subcommand to the command line's subparsers."""
     p = sub.add_parser("diff", help="compare two checkpoints key by key")
     p.add_argument("a")
     p.add_argument("b")

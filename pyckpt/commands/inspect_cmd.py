@@ -15,6 +15,9 @@ from .common import add_output_options, add_storage_options, emit_json, human, p
 
 
 def tensor_stats(arr: np.ndarray) -> dict:
+    """Summary of one array: dtype, shape, bytes, its first 8 values (``head``) and, for
+    numeric non-empty arrays, NaN and inf counts and min/max/mean/std of the finite
+    values (``mean_abs`` instead for complex arrays)."""
     out: dict = {"dtype": arr.dtype.name, "shape": list(arr.shape), "bytes": arr.nbytes}
     if arr.size and (arr.dtype.kind in "biufc" or arr.dtype.name.startswith(("bfloat", "float8"))):
         x = arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64)
@@ -32,6 +35,8 @@ def tensor_stats(arr: np.ndarray) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``pyckpt inspect``: the checkpoint's summary and key table, or with KEY that
+    tensor's ``tensor_stats``; returns the exit status (0)."""
     reader = load_checkpoint(args.path, storage_options=parse_options(args.storage_option))
     src = reader.source
     if args.key is not None:
@@ -83,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the ``inspect`` subcommand to the command line's subparsers."""
     p = sub.add_parser("inspect", help="show keys, dtypes, shapes, metadata; or one tensor's stats")
     p.add_argument("path")
     p.add_argument("key", nargs="?")

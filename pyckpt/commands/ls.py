@@ -6,6 +6,7 @@ import argparse
 import datetime
 
 from ..engine import naming
+from ..engine.run import step_of
 from ..format import INDEX_NAME, decode_index
 from ..storage import resolve
 from .common import add_output_options, add_storage_options, emit_json, human, parse_options
@@ -13,11 +14,7 @@ from .common import add_output_options, add_storage_options, emit_json, human, p
 
 def _describe(store, path: str, name: str) -> dict | None:
     entries = store.listdir(path)
-    step = None
-    head, sep, tail = name.rpartition("-")
-    if sep and tail.isdigit():
-        step = int(tail)
-    row = {"name": name, "path": store.url(path), "step": step}
+    row = {"name": name, "path": store.url(path), "step": step_of(name)}
     if INDEX_NAME in entries:
         try:
             m = decode_index(store.read_bytes(store.join(path, INDEX_NAME)), store.url(path))
@@ -34,6 +31,9 @@ def _describe(store, path: str, name: str) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``pyckpt ls``: the checkpoints in PATH (or PATH itself when it is one), by
+    step, with size, tensor count, creation time and status (committed, uncommitted
+    or corrupt); returns the exit status (0)."""
     store, path = resolve(args.path, parse_options(args.storage_option))
     rows: list[dict] = []
     if INDEX_NAME in store.listdir(path):
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the ``ls`` subcommand to the command line's subparsers."""
     p = sub.add_parser("ls", help="list the checkpoints in a directory or bucket")
     p.add_argument("path")
     add_storage_options(p)

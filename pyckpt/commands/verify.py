@@ -15,6 +15,9 @@ from .common import add_output_options, add_storage_options, emit_json, fail, pa
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``pyckpt verify``: reads every byte and checks every checksum, then with
+    ``--fix`` removes orphaned data files (``attempts.sweep``); returns 0, or 1 after
+    reporting the first failure."""
     removed: list[str] = []
     try:
         options = parse_options(args.storage_option)
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the ``verify`` subcommand to the command line's subparsers."""
     p = sub.add_parser("verify", help="check every checksum (exit status 1 on any failure)")
     p.add_argument("path")
     p.add_argument("--fix", action="store_true",

@@ -39,9 +39,12 @@ class Communicator(abc.ABC):
         """root's obj, on every worker."""
 
     @abc.abstractmethod
-    def barrier(self) -> None: ...
+    def barrier(self) -> None:
+        """Returns once every worker has reached the barrier."""
 
     def all_gather(self, obj: Any) -> list:
+        """Every worker's obj, in rank order, on every worker (a gather to rank 0, then a
+        broadcast)."""
         return self.broadcast(self.gather(obj))
 
 
@@ -49,12 +52,15 @@ class SingleComm(Communicator):
     """One process: every collective is trivial."""
 
     def gather(self, obj: Any, root: int = 0) -> list:
+        """``[obj]``: the one worker's object."""
         return [obj]
 
     def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """``obj`` itself."""
         return obj
 
     def barrier(self) -> None:
+        """Returns at once."""
         pass
 
 
@@ -84,6 +90,9 @@ class TorchComm(Communicator):
         return err
 
     def gather(self, obj: Any, root: int = 0) -> list | None:
+        """Every worker's obj, in rank order, on ``root`` (a rank of ``group``; None
+        elsewhere), through ``gather_object``; an engine error (its timeout included)
+        is raised as WorkerTimeoutError."""
         out = [None] * self.world_size if self.rank == root else None
         try:
             self._dist.gather_object(obj, out, dst=self._global(root), group=self.group)
@@ -92,6 +101,8 @@ class TorchComm(Communicator):
         return out
 
     def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """``root``'s obj on every worker, through ``broadcast_object_list``; an engine
+        error (its timeout included) is raised as WorkerTimeoutError."""
         box = [obj]
         try:
             self._dist.broadcast_object_list(box, src=self._global(root), group=self.group)
@@ -100,6 +111,8 @@ class TorchComm(Communicator):
         return box[0]
 
     def barrier(self) -> None:
+        """A ``monitored_barrier`` bounded by ``timeout`` on gloo (naming the missing ranks),
+        else a plain barrier; an engine error is raised as WorkerTimeoutError."""
         try:
             if self._dist.get_backend(self.group) == "gloo":
                 self._dist.monitored_barrier(group=self.group,
@@ -159,6 +172,8 @@ class MPIComm(Communicator):
             self._poll(lambda req=req: (req.Test(), None), f"{what}: sending to rank {dest}")
 
     def gather(self, obj: Any, root: int = 0) -> list | None:
+        """Every worker's obj, in rank order, on ``root`` (None elsewhere), received in
+        arrival order; WorkerTimeoutError names the ranks that did not answer in time."""
         tag = self._tag()
         if self.rank != root:
             self._wait_sent([(root, self.comm.isend(obj, dest=root, tag=tag))], "gather")
@@ -182,6 +197,8 @@ class MPIComm(Communicator):
         return out
 
     def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """``root``'s obj on every worker, sent point to point; WorkerTimeoutError when a
+        send or the receive does not complete in time."""
         tag = self._tag()
         if self.rank == root:
             reqs = [(d, self.comm.isend(obj, dest=d, tag=tag))
@@ -191,11 +208,12 @@ class MPIComm(Communicator):
         return self._recv(root, tag, "broadcast")
 
     def barrier(self) -> None:
+        """A non-blocking barrier polled until ``timeout``, then WorkerTimeoutError."""
         req = self.comm.Ibarrier()
         self._poll(lambda: (req.Test(), None), "barrier")
 
 
-def resolve_comm(comm: Any) -> Communicator | None:
+def resolve_comm(comm: Communicator | None) -> Communicator | None:
     """The communicator to use: the one given; else an initialized torch.distributed
     default group (only if torch is already imported); else None (one process)."""
     if comm is not None:

@@ -20,7 +20,7 @@ from typing import Sequence, TypeAlias
 
 import numpy as np
 
-from ..sharding.boxes import check_partition
+from ..sharded.boxes import check_partition
 from .plans import GlobalPlan, LocalPlan, TensorPlan
 
 
@@ -29,6 +29,9 @@ _Writes: TypeAlias = "list[tuple[np.ndarray, np.ndarray]]"
 
 
 class PlanError(ValueError):
+    """Local plans that cannot be combined (workers disagree on a key's dtype, shape
+    or kind, or blocks do not tile their array); becomes the global plan's error."""
+
     pass
 
 

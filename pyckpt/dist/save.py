@@ -28,11 +28,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._dtypes import dtype_name, little_endian
+from ..engine import attempts, naming
+from ..engine.options import DEFAULT
+from ..engine import writer
+from ..engine.writer import PreparedTensor, check_metadata, info
 from ..errors import CheckpointError
 from ..format.manifest import FileEntry, build_manifest
 from ..sharded import ShardedArray
 from ..storage import Store
-from ..tree import validate_key
+from ..tree import validate_keys
+from ..variables import Variable
 from .comm import Communicator
 from .planner import plan_global
 from .plans import GlobalPlan, LocalPlan, TensorPlan, WriteResult
@@ -43,8 +48,6 @@ class DistributedSaveError(CheckpointError):
 
 
 def _as_array(value: Any) -> np.ndarray:
-    from ..variables import Variable
-
     if isinstance(value, Variable):
         return value._value
     return value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -52,8 +55,6 @@ def _as_array(value: Any) -> np.ndarray:
 
 def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, list]:
     """Step 1: the plan of one worker, and its prepared (key, array) pairs."""
-    from ..engine.writer import PreparedTensor
-
     keys, dtypes, gshapes, prepared = [], [], [], []
     ndim = max([(v.local.ndim if isinstance(v, ShardedArray) else _as_array(v).ndim)
                 for _, v in items] + [1])
@@ -63,13 +64,12 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, 
     shapes = np.ones((n, ndim), dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
     error = None
-    seen = set()
+    try:
+        validate_keys([key for key, _ in items])
+    except (TypeError, ValueError) as e:
+        error = str(e)
     for i, (key, value) in enumerate(items):
         try:
-            validate_key(key)
-            if key in seen:
-                raise ValueError(f"duplicate key {key!r}")
-            seen.add(key)
             if isinstance(value, ShardedArray):
                 arr, gshape = value.local, value.global_shape
                 sharded[i] = True
@@ -96,8 +96,6 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, 
 def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResult],
               chunk: int, tree: Any, graph: dict | None, metadata: dict | None, attempt: str,
               world: int) -> Any:
-    from ..engine.writer import info
-
     files: list[FileEntry] = []
     base = []
     for wr in results:
@@ -150,10 +148,14 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
 def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
                      *, tree: Any = None, graph: dict | None = None,
                      metadata: dict | None = None, options: Any = None) -> None:
-    from ..engine import attempts, naming
-    from ..engine.options import DEFAULT
-    from ..engine.writer import check_metadata, commit, delete_replaced, remove_orphans, write_data
+    """Saves this worker's ``items`` (``(key, array or ShardedArray)`` pairs) into the
+    one checkpoint at ``path``; every worker of ``comm`` calls it (steps in the module
+    doc). Rank 0's ``tree``, ``graph`` and ``metadata`` go into the manifest;
+    ``options`` are the writer's (chunk size...), default ``DEFAULT``.
 
+    Raises, on every worker: ValueError when the plan is refused (nothing written),
+    DistributedSaveError when writing or committing failed (nothing committed),
+    WorkerTimeoutError when a worker does not take part in time."""
     options = options or DEFAULT
     rank, world = comm.rank, comm.world_size
     url = store.url(path)
@@ -181,7 +183,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     try:
         store.makedirs(path)
         mine = [prepared[i] for i in gp.writes[rank]]
-        data = write_data(store, path, mine, attempt=gp.attempt, rank=rank, options=options)
+        data = writer.write_data(store, path, mine, attempt=gp.attempt, rank=rank, options=options)
         result = WriteResult(rank, tuple(data.files), data.file, data.offset, data.nbytes,
                              data.crcs)
     except BaseException as e:  # reported to the coordinator, raised everywhere below
@@ -202,9 +204,9 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
             try:
                 manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,
                                      metadata, gp.attempt, world)
-                previous = commit(store, path, manifest)
-                delete_replaced(store, path, previous, manifest)
-                remove_orphans(store, path)
+                previous = writer.commit(store, path, manifest)
+                writer.delete_replaced(store, path, previous, manifest)
+                writer.remove_orphans(store, path)
             except BaseException as e:
                 outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
         attempts.end(store, path, gp.attempt)

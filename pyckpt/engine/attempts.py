@@ -53,10 +53,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def marker_name(attempt: str) -> str:
+    """The marker file name of ``attempt``: ``pyckpt-attempt-<id>.json``."""
     return f"{MARKER_PREFIX}{attempt}{MARKER_SUFFIX}"
 
 
 def is_marker(name: str) -> bool:
+    """Whether a directory entry is an attempt marker."""
     return name.startswith(MARKER_PREFIX) and name.endswith(MARKER_SUFFIX)
 
 

@@ -2,9 +2,9 @@
 chunk on the way (``pyckpt cp``).
 
 The data files are streamed in windows of at most ``WINDOW`` bytes: each
-window is read (a ranged read), every block piece inside it is checked against
-its CRC-32C in the C++ core, and the bytes (padding included) are appended to
-the destination file. The destination gets new file names (a new attempt id)
+window is read (a ranged read) and every block piece inside it checked against
+its CRC-32C (``read_executor.read_window``), and the bytes (padding included)
+are appended to the destination file. The destination gets new file names (a new attempt id)
 and its index is written last, so a copy is committed atomically like a save,
 and a corrupt source fails the copy before anything is committed.
 """
@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._native import core as _core
 from ..format import Manifest
 from ..format.manifest import FileEntry
 from ..storage import resolve
 from . import naming
+from .read_executor import read_window
 from .reader import open_checkpoint
 from .writer import abandon, commit, delete_replaced
 
@@ -61,6 +61,8 @@ def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, i
 def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     dst_options: dict | None = None,
                     progress: Callable[[int, int], Any] | None = None) -> str:
+    """Copies the committed checkpoint ``src`` to ``dst`` (any stores), verifying
+    every chunk; commits the copy last; returns its URL."""
     ck = open_checkpoint(src, src_options)
     m = ck.manifest
     store, path = resolve(dst, dst_options)
@@ -77,15 +79,11 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
             src_path = ck.file_path(f)
             with store.open_write(store.join(path, name)) as out:
                 for begin, end, pieces in _windows(m, f):
-                    data = ck.store.read_ranges(src_path, [(begin, end)])[0]
-                    if pieces:
-                        plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
-                                              np.array([p[2] for p in pieces]),
-                                              np.array([p[3] for p in pieces]))
-                        _core.read_shards([ck.store.url(src_path)], [data], [begin], plan.keys,
-                                          np.zeros(len(pieces), np.uint32), plan.offset,
-                                          plan.nbytes, plan.crcs, plan.crc_begin,
-                                          [None] * len(pieces), m.chunk_size)
+                    plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
+                                          np.array([p[2] for p in pieces]),
+                                          np.array([p[3] for p in pieces]))
+                    data = read_window(ck.store, src_path, begin, end, plan, m.chunk_size,
+                                       ck.options)
                     out.write(data)
                     done += len(data)
                     if progress is not None:

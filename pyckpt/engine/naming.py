@@ -18,10 +18,12 @@ def new_attempt_id() -> str:
 
 
 def data_file_name(attempt: str, rank: int, index: int) -> str:
+    """The name of a data file: ``data-<attempt>-<rank:05d>-<index:04d>.bin``."""
     return f"data-{attempt}-{rank:05d}-{index:04d}.bin"
 
 
 def is_data_file(name: str) -> bool:
+    """Whether ``name`` is a data file name, as ``data_file_name`` makes them."""
     return bool(_DATA.match(name))
 
 

@@ -3,21 +3,19 @@ tensors into new or caller-provided arrays, mmap views, verification."""
 
 from __future__ import annotations
 
-import mmap
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .. import progress
-from .._native import core as _core
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..format import FORMAT_VERSION, INDEX_NAME, Manifest, TensorEntry, decode_index, run
+from ..format import FORMAT_VERSION, INDEX_NAME, Manifest, TensorEntry, decode_index
 from ..format.source import CheckpointSource
 from ..sharded import ShardedArray
-from ..storage import Store
-from . import naming
+from ..storage import Store, resolve
+from . import naming, read_executor, run
 from .options import DEFAULT, IOOptions
+from .read_executor import ReadPlan
 from .sharded_read import read_into_targets, read_whole, verify_sharded
 
 __all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint"]
@@ -218,21 +216,14 @@ class OpenCheckpoint(CheckpointSource):
 
     def read_plan(self, p: "ReadPlan", dsts: Sequence[np.ndarray | None],
                   buffers: dict[int, Any] | None = None) -> None:
+        """Reads and verifies a plan into dsts (None: verify only) once the sizes of
+        its files are checked (read_executor.py); ``buffers``: the files' bytes."""
         if len(p.keys) == 0:
             return
-        used = np.unique(p.file[p.nbytes > 0])
-        self.check_files(used.tolist())
-        if not self.store.local and buffers is None:
-            self.store.read_plan(self, p, used, dsts)
-            return
-        names = [self.file_path(int(f)) for f in used]
-        bufs = [None if buffers is None else buffers[int(f)] for f in used]
-        source = np.searchsorted(used, p.file).astype(np.uint32) if len(used) else \
-            np.zeros(len(p.keys), dtype=np.uint32)
-        _core.read_shards(names, bufs, [0] * len(used), p.keys, source, p.offset, p.nbytes,
-                          p.crcs, p.crc_begin, list(dsts), self.manifest.chunk_size,
-                          self.options.threads, True, self.options.piece_size, 64 << 10,
-                          progress.counter())
+        used = np.unique(p.file[p.nbytes > 0]).tolist()
+        self.check_files(used)
+        read_executor.execute(self.store, {f: self.file_path(f) for f in used}, p, dsts,
+                              self.manifest.chunk_size, self.options, buffers)
 
     def new_array(self, i: int) -> np.ndarray:
         return np.empty(self.manifest.shapes[i], dtype=self.manifest.dtype(i))
@@ -247,16 +238,14 @@ class OpenCheckpoint(CheckpointSource):
         return arrays
 
     def mmap(self, indices: Sequence[int] | np.ndarray, verify: bool = True) -> list[np.ndarray]:
-        """Read-only arrays backed by the local files (checksums verified through the map)."""
-        if not self.store.local:
-            return self.read_new_plain(indices)
+        """Read-only arrays backed by the local files (checksums verified through the map);
+        new arrays where the store has no local files."""
         p = self.plan(indices)
         used = np.unique(p.file[p.nbytes > 0]).tolist()
         self.check_files(used)
-        maps = {}
-        map_file = getattr(self.store, "map_file", _map_file)  # LocalStore: errors mapped
-        for f in used:
-            maps[f] = map_file(self.file_path(f))
+        maps = read_executor.map_files(self.store, self.path, {f: self.file_path(f) for f in used})
+        if maps is None:
+            return self.read_new_plain(indices)
         out = []
         m = self.manifest
         for k, i in enumerate(np.asarray(indices).tolist()):
@@ -284,27 +273,8 @@ class OpenCheckpoint(CheckpointSource):
             verify_sharded(self, sharded)
 
 
-def _map_file(path: str) -> mmap.mmap:
-    with open(path, "rb") as fh:
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-class ReadPlan:
-    __slots__ = ("keys", "file", "offset", "nbytes", "crcs", "crc_begin")
-
-    def __init__(self, keys: list[str], file: np.ndarray, offset: np.ndarray, nbytes: np.ndarray,
-                 crcs: np.ndarray, crc_begin: np.ndarray) -> None:
-        self.keys = keys
-        self.file = file
-        self.offset = offset
-        self.nbytes = nbytes
-        self.crcs = crcs
-        self.crc_begin = crc_begin
-
-
 def open_checkpoint(path: Any, storage_options: dict | None = None,
                     options: IOOptions = DEFAULT) -> OpenCheckpoint:
-    from ..storage import resolve
-
+    """The committed checkpoint at a path or URL (a directory: its latest)."""
     store, p = resolve(path, storage_options)
     return OpenCheckpoint.open(store, p, options)

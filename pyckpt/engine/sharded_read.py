@@ -145,6 +145,7 @@ def read_into_targets(ck: Any, targets: Sequence[tuple[int, Any]]) -> None:
 
 
 def verify_sharded(ck: Any, indices: Sequence[int]) -> None:
+    """Reads and verifies every block of the sharded tensors ``indices``."""
     m = ck.manifest
     b = m.blocks
     blocks = np.concatenate([np.arange(b.tensor_begin[i], b.tensor_begin[i + 1]) for i in indices])

@@ -24,7 +24,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import progress
 from .._native import core as _core
 from .._version import __version__
 from .._dtypes import dtype_name, little_endian
@@ -32,8 +31,8 @@ from ..errors import add_note
 from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
-from ..tree import validate_key
-from . import attempts, naming
+from ..tree import validate_keys
+from . import attempts, naming, write_executor
 from .options import DEFAULT, IOOptions
 
 __all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "commit", "delete_replaced", "StagedSave", "save_tensors"]
@@ -53,14 +52,10 @@ class PreparedTensor:
 def prepare_tensors(items: Sequence[tuple[str, Any]], keys_checked: bool = False
                     ) -> list[PreparedTensor]:
     """Validates keys (unless the caller did) and dtypes; makes data little-endian."""
+    if not keys_checked:
+        validate_keys([key for key, _ in items])
     out = []
-    seen = set()
     for key, arr in items:
-        if not keys_checked:
-            validate_key(key)
-            if key in seen:
-                raise ValueError(f"duplicate checkpoint key {key!r}")
-            seen.add(key)
         if not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
         try:
@@ -139,13 +134,8 @@ def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attemp
     keys = [t.key for t in tensors]
     arrays = [t.array for t in tensors]
     try:
-        if store.local:
-            crcs, _ = _core.write_shards(paths, sizes, keys, arrays, file_idx, offsets,
-                                         options.chunk_size, options.threads,
-                                         options.piece_size, options.sync, progress.counter())
-        else:
-            crcs = store.write_shards(
-                paths, sizes, keys, arrays, file_idx, offsets, options)
+        crcs = write_executor.write_shards(store, path, paths, sizes, keys, arrays, file_idx,
+                                           offsets, options, attempt=attempt)
     except BaseException as e:
         _discard(store, paths, e)
         raise
@@ -266,7 +256,7 @@ class StagedSave:
     def __init__(self, store: Store, path: str, keys: list[str], live: list[np.ndarray],
                  staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
                  options: IOOptions = DEFAULT) -> None:
-        if not store.local:
+        if not write_executor.can_stage(store, path):
             raise ValueError("staged saves write local files")
         self.store, self.path, self.graph, self.options = store, path, graph, options
         self.metadata = check_metadata(metadata)
@@ -279,10 +269,9 @@ class StagedSave:
         self.paths = [store.join(path, name) for name in self.names]
         self.job = None
         if self.names:
-            self.job = _core.start_staged_write(
-                self.paths, self.sizes, keys, [t.array for t in self.tensors], list(live),
-                self.file_idx, self.offsets, options.chunk_size, options.threads,
-                options.piece_size, options.sync, progress.counter())
+            self.job = write_executor.start_staged(
+                store, self.paths, self.sizes, keys, [t.array for t in self.tensors], list(live),
+                self.file_idx, self.offsets, options)
         else:
             for dst, src in zip(staging, live):  # nothing to write: still a consistent copy
                 np.copyto(dst, src)

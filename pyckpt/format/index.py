@@ -38,6 +38,7 @@ def _mask(data: bytes | memoryview) -> int:
 
 
 def encode_index(manifest: Manifest) -> bytes:
+    """The bytes of the index file holding ``manifest`` (layout above)."""
     body = json.dumps(manifest.to_json(), separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
     head = struct.pack("<8sIIQI", MAGIC, SUPPORTED_VERSION, 0, len(body), _mask(body))

@@ -30,6 +30,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, overloa
 import numpy as np
 
 from .._dtypes import dtype_from_name
+from ..sharded.boxes import check_partition
+from ..tree import validate_keys
 
 FORMAT_VERSION = 1
 MAX_NDIM = 64
@@ -41,6 +43,9 @@ BadFn = Callable[[str], Exception]
 
 
 class FileEntry:
+    """A data file of the checkpoint: its ``name`` inside the checkpoint directory and its
+    ``size`` in bytes."""
+
     __slots__ = ("name", "size")
 
     def __init__(self, name: str, size: int) -> None:
@@ -81,10 +86,13 @@ class TensorEntry:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the whole tensor's value (global shape times item size)."""
         return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def sharded(self) -> bool:
+        """Whether the tensor is stored as blocks of a sharded array (several blocks, or a
+        box)."""
         return len(self.blocks) != 1 or self.blocks[0].offsets is not None
 
 
@@ -124,6 +132,7 @@ class DtypeColumn(Sequence[str]):
 
     @classmethod
     def of(cls, names: Iterable[str]) -> "DtypeColumn":
+        """A column of the given dtype names (``names`` itself when already a DtypeColumn)."""
         if isinstance(names, DtypeColumn):
             return names
         names = list(names)
@@ -149,6 +158,7 @@ class DtypeColumn(Sequence[str]):
         return (names[c] for c in self.codes.tolist())
 
     def tolist(self) -> list[str]:
+        """Every tensor's dtype name, as a list."""
         return list(self)
 
 
@@ -164,6 +174,7 @@ class ShapeColumn(Sequence[tuple[int, ...]]):
 
     @classmethod
     def of(cls, shapes: Iterable[Sequence[int]]) -> "ShapeColumn":
+        """A column of the given shapes (``shapes`` itself when already a ShapeColumn)."""
         if isinstance(shapes, ShapeColumn):
             return shapes
         shapes = [tuple(s) for s in shapes]
@@ -196,9 +207,11 @@ class ShapeColumn(Sequence[tuple[int, ...]]):
         return (tuple(dims[b[i]:b[i + 1]]) for i in range(len(b) - 1))
 
     def ndim(self, i: int) -> int:
+        """The number of dimensions of tensor i."""
         return int(self.begin[i + 1] - self.begin[i])
 
     def tolists(self) -> list[list[int]]:
+        """Every shape as a list of ints (the manifest's JSON form)."""
         dims, b = self.dims.tolist(), self.begin.tolist()
         return [dims[b[i]:b[i + 1]] for i in range(len(b) - 1)]
 
@@ -242,35 +255,44 @@ class Manifest:
     # -- tree and graph, kept as text until used (their size grows with the tensors) ---
     @property
     def tree(self) -> dict | None:
+        """The container skeleton of a flat save (docs/FORMAT.md section 8), or None;
+        parsed on first access."""
         if isinstance(self._tree, _LazyJSON):
             self._tree = json.loads(self._tree.text)
         return self._tree
 
     @tree.setter
     def tree(self, value: Any) -> None:
+        """Sets the skeleton (a dict or None; ``from_json`` keeps the unparsed text)."""
         self._tree = value
 
     @property
     def graph(self) -> dict | None:
+        """The object graph of an object-based save (docs/FORMAT.md section 9), or None;
+        parsed on first access."""
         if isinstance(self._graph, _LazyJSON):
             self._graph = json.loads(self._graph.text)
         return self._graph
 
     @graph.setter
     def graph(self, value: Any) -> None:
+        """Sets the object graph (a dict or None; ``from_json`` keeps the unparsed text)."""
         self._graph = value
 
     # -- lookup ---------------------------------------------------------------------
     @property
     def index(self) -> dict[str, int]:
+        """``{key: position}`` of every tensor, built on first use."""
         if self._index is None:
             self._index = dict(zip(self.keys, range(len(self.keys))))
         return self._index
 
     def dtype(self, i: int) -> np.dtype:
+        """The numpy dtype of tensor i, as stored."""
         return self._dtype_table[self.dtype_names.codes[i]]
 
     def entry(self, i: int) -> TensorEntry:
+        """Tensor i as a TensorEntry with its blocks (built on each call)."""
         b = self.blocks
         out = []
         for j in range(int(b.tensor_begin[i]), int(b.tensor_begin[i + 1])):
@@ -282,6 +304,8 @@ class Manifest:
 
     @property
     def tensors(self) -> "TensorTable":
+        """A read-only ``{key: TensorEntry}`` mapping of every tensor (entries built on
+        access)."""
         return TensorTable(self)
 
     @property
@@ -291,6 +315,7 @@ class Manifest:
         return b.box is None or all(x is None for x in b.box)
 
     def is_plain(self, i: int) -> bool:
+        """Whether tensor i is stored as one whole block (not sharded)."""
         b = self.blocks
         if b.tensor_begin[i + 1] - b.tensor_begin[i] != 1:
             return False
@@ -298,6 +323,7 @@ class Manifest:
 
     # -- writing ----------------------------------------------------------------------
     def to_json(self) -> dict:
+        """The manifest as the JSON document of the index file (docs/FORMAT.md, "Manifest")."""
         b = self.blocks
         nblocks = np.diff(b.tensor_begin)
         tensors: dict[str, Any] = {"key": self.keys, "dtype": self.dtype_names.tolist(),
@@ -597,26 +623,10 @@ class _Validator:
         return _TensorColumns(keys, dtypes, shapes, nbytes, nblocks)
 
     def check_keys(self, keys: list) -> None:
-        from ..tree import validate_key
-
-        bad, n = self.bad, len(keys)
         try:
-            blob = "\x00".join(keys)  # NUL is not allowed in keys: a safe separator
-        except TypeError:
-            blob = None
-        if blob is None or blob.count("\x00") != max(n - 1, 0) or _bad_components(blob, n):
-            for k in keys:
-                try:
-                    validate_key(k)
-                except (TypeError, ValueError) as e:
-                    raise bad(f"invalid key: {e}") from None
-        del blob
-        if len(set(keys)) != n:
-            seen: set[str] = set()
-            for k in keys:
-                if k in seen:
-                    raise bad(f"key {k!r} is listed twice")
-                seen.add(k)
+            validate_keys(keys)
+        except (TypeError, ValueError) as e:
+            raise self.bad(f"invalid key: {e}" if "listed twice" not in str(e) else str(e)) from None
 
     def dtype_column(self, keys: list[str], dts: list) -> DtypeColumn:
         bad = self.bad
@@ -778,8 +788,6 @@ class _Validator:
                 expected[j] = math.prod(shp) * itemsize
                 boxes.append((off, shp))
                 out[j] = (off, shp)
-            from ..sharding.boxes import check_partition
-
             problem = check_partition(shape, boxes)
             if problem:
                 raise bad(f"tensor {key!r}: {problem}")
@@ -799,17 +807,6 @@ class _Validator:
             raise self.bad(f"tensors {key_of(a)!r} and {key_of(b)!r} overlap in file "
                            f"{files[int(file[a])].name!r} at bytes [{int(offset[b])}, "
                            f"{int(min(end[a], end[b]))})")
-
-
-def _bad_components(blob: str, n: int) -> bool:
-    """Whether some key of the NUL-joined ``blob`` of n keys is empty or has an empty,
-    ``.`` or ``..`` component (the fast check of every key at once). It mirrors
-    ``tree.validate_key`` (docs/FORMAT.md section 5): a rule added there must be
-    added here too; keys it flags are checked one by one by validate_key itself."""
-    if n == 0:
-        return False
-    t = "/" + blob.replace("\x00", "/") + "/"  # key boundaries act as separators
-    return "//" in t or "/./" in t or "/../" in t
 
 
 def build_manifest(*, chunk_size: int, files: list[FileEntry], keys: Sequence[str],

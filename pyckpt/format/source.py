@@ -105,6 +105,7 @@ class CheckpointSource(abc.ABC):
 
     # -- shared helpers ----------------------------------------------------------------
     def index_of(self, key: str) -> int:
+        """The position of ``key``; CheckpointKeyError naming the checkpoint when it is absent."""
         try:
             return self.index[key]
         except KeyError:

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .. import saving
 from ..sources import open_source
 from ..variables import Variable
-from .keys import VALUE_SUFFIX
-from .object_graph import MISSING, traverse
+from .keys import VALUE_SUFFIX, unescape
+from .object_graph import MISSING, get_child, traverse
+from .plan import make_plan
 from .restore import LoadStatus, RestoreSession
 from .sources import SnapshotSource, StoredValues
 from .snapshot import Snapshot, take_snapshot
 from .trackable import Trackable
+
+if TYPE_CHECKING:  # for signatures only
+    from ..dist.comm import Communicator
 
 SAVE_COUNTER = "save_counter"
 SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX
@@ -70,44 +75,24 @@ class Checkpoint(Trackable):
 
     # -- writing -----------------------------------------------------------------------
     def save(self, file_prefix: Any, *, storage_options: dict | None = None,
-             metadata: dict | None = None, comm: Any = None,
+             metadata: dict | None = None, comm: Communicator | None = None,
              progress: Callable[[int, int], Any] | None = None) -> str:
         """Increments ``save_counter`` and writes to ``f"{file_prefix}-{save_counter}"``."""
-        counter = self._maybe_create_save_counter()
-        counter.assign_add(1)
-        path = f"{os.fspath(file_prefix)}-{int(counter)}"
-        try:
-            return self.write(path, storage_options=storage_options, metadata=metadata, comm=comm,
+        with saving.numbered(self._maybe_create_save_counter()) as number:
+            return self.write(f"{os.fspath(file_prefix)}-{number}",
+                              storage_options=storage_options, metadata=metadata, comm=comm,
                               progress=progress)
-        except BaseException:
-            counter.assign_sub(1)  # a failed save does not use up a number
-            raise
 
     def write(self, path: Any, *, storage_options: dict | None = None,
-              metadata: dict | None = None, comm: Any = None,
+              metadata: dict | None = None, comm: Communicator | None = None,
               progress: Callable[[int, int], Any] | None = None) -> str:
         """Writes every tracked value and the object graph exactly at ``path``.
         ``progress(bytes_done, bytes_total)`` reports this worker's writing."""
-        from .. import progress as _progress
-        from ..dist.comm import resolve_comm
-        from ..engine.writer import save_tensors
-        from ..storage import resolve
-
         live = traverse(self)
-        keys = live.value_keys()
-        arrays = [live.array_of(n) for n in live.values]
-        store, p = resolve(path, storage_options)
-        comm = resolve_comm(comm)
-        with _progress.reporting(progress, sum(a.nbytes for a in arrays)):
-            if comm is not None and comm.world_size > 1:
-                from ..dist.save import distributed_save
-
-                distributed_save(comm, store, p,
-                                 list(zip(keys, [live.objects[n] for n in live.values])),
-                                 graph=live.to_json(), metadata=metadata)
-            else:
-                save_tensors(store, p, list(zip(keys, arrays)), graph=live.to_json(),
-                             metadata=metadata, keys_checked=True)
+        items = [saving.Item(key, live.array_of(n), live.objects[n])
+                 for key, n in zip(live.value_keys(), live.values)]
+        saving.write(items, path, storage_options=storage_options, comm=comm, progress=progress,
+                     graph=live.to_json(), metadata=metadata)
         return os.fspath(path)
 
     # -- reading -----------------------------------------------------------------------
@@ -139,9 +124,6 @@ class Checkpoint(Trackable):
         if not prefix_map:
             session.restore_subtree(self, 0)
             return
-        from .keys import unescape
-        from .object_graph import get_child
-
         graph = session.graph
         counter = graph_child(graph, 0, SAVE_COUNTER)
         if counter is not None and SAVE_COUNTER_KEY not in session.exclude_keys:
@@ -176,8 +158,6 @@ class Checkpoint(Trackable):
 
     def restore_plan(self, save_path: Any, *, storage_options: dict | None = None) -> Any:
         """A dry run of ``restore``: what would match, what would not, what conflicts."""
-        from .plan import make_plan
-
         source = self._source(save_path, storage_options)
         return make_plan(source, self)
 

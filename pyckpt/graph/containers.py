@@ -34,14 +34,19 @@ class TrackedList(list):
         deferred.apply(self, str(index), list.__getitem__(self, index))
 
     def append(self, value: Any) -> None:
+        """Appends ``value`` (a list or dict as a tracked copy) and restores what is pending
+        under its index."""
         super().append(wrap(value))
         self._added(len(self) - 1)
 
     def extend(self, values: Iterable[Any]) -> None:
+        """Appends each of ``values`` in turn, as ``append`` does."""
         for v in values:
             self.append(v)
 
     def insert(self, index: SupportsIndex, value: Any) -> None:
+        """Inserts ``value`` (wrapped as by ``append``) and restores what is pending under
+        the index it lands at."""
         super().insert(index, wrap(value))
         n = len(self)
         k = operator.index(index)
@@ -64,6 +69,7 @@ class TrackedList(list):
         self._added(index if index >= 0 else len(self) + index)
 
     def copy(self) -> list:
+        """A plain (untracked) shallow copy, as a list."""
         return list(self)
 
     def __repr__(self) -> str:
@@ -84,15 +90,19 @@ class TrackedDict(dict):
         deferred.apply(self, str(key), value)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
+        """Sets every entry through item assignment, so each is tracked and restores what
+        is pending under its key."""
         for k, v in dict(*args, **kwargs).items():
             self[k] = v
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
+        """``self[key]``, first set to ``default`` (as by item assignment) when absent."""
         if key not in self:
             self[key] = default
         return self[key]
 
     def copy(self) -> dict:
+        """A plain (untracked) shallow copy, as a dict."""
         return dict(self)
 
     def __repr__(self) -> str:

@@ -54,6 +54,7 @@ def apply(obj: Any, name: str, value: Any) -> None:
 
 
 def pending(obj: Any) -> dict:
+    """``{name: (session, stored node)}`` of what is pending on obj (empty when nothing)."""
     return _table(obj, create=False) or {}
 
 

@@ -12,6 +12,8 @@ def escape(name: str) -> str:
 
 
 def unescape(component: str) -> str:
+    """The inverse of ``escape``: ``..`` -> ``.`` and ``.S`` -> ``/``; any other ``.x``
+    is kept as it is."""
     out = []
     i = 0
     while i < len(component):

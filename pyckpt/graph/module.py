@@ -26,6 +26,7 @@ class Module(Trackable):
 
     @property
     def name(self) -> str:
+        """The name given to the constructor, else the class name in snake_case."""
         return self.__dict__.get("_name") or _snake(type(self).__name__)
 
     def _walk(self) -> Iterator[Any]:
@@ -44,14 +45,17 @@ class Module(Trackable):
 
     @property
     def variables(self) -> tuple[Variable, ...]:
+        """Every Variable reachable through tracked attributes (depth-first, each once)."""
         return tuple(o for o in self._walk() if isinstance(o, Variable))
 
     @property
     def trainable_variables(self) -> tuple[Variable, ...]:
+        """The trainable ones of ``variables``."""
         return tuple(o for o in self._walk() if isinstance(o, Variable) and o.trainable)
 
     @property
     def submodules(self) -> tuple["Module", ...]:
+        """Every Module reachable below this one (depth-first, each once; not itself)."""
         return tuple(o for o in self._walk() if isinstance(o, Module))
 
     def __repr__(self) -> str:

@@ -10,82 +10,22 @@ synthesized from the keys of a flat checkpoint, or a Snapshot's graph).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, TypeAlias
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ..registry import node_proxy
 from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
+from .nodes import MISSING, _adapt, is_node, is_value, value_array, value_target
 from .trackable import Trackable
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-
-# Adapters (torch modules, optimizers...) register functions returning a
-# Trackable-like proxy (with _pyckpt_children/_pyckpt_get_child) or None.
-_ADAPTERS: list[Callable[[Any], Any]] = []
-# ... and value adapters returning the object's ndarray view, or (array, finish) when
-# the array is a host copy that finish() copies back, or None.
-ValueView: TypeAlias = "np.ndarray | tuple[np.ndarray, Callable[[], None] | None]"
-_VALUE_ADAPTERS: list[Callable[[Any], "ValueView | None"]] = []
-
-
-def register_adapter(fn: Callable[[Any], Any]) -> None:
-    if fn not in _ADAPTERS:
-        _ADAPTERS.append(fn)
-
-
-def register_value_adapter(fn: Callable[[Any], "ValueView | None"]) -> None:
-    if fn not in _VALUE_ADAPTERS:
-        _VALUE_ADAPTERS.append(fn)
-
-
-def _adapt(obj: Any) -> Any:
-    for fn in _ADAPTERS:
-        proxy = fn(obj)
-        if proxy is not None:
-            return proxy
-    return None
-
-
-def value_target(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
-    """(array, finish) a value node saves from and restores into: ``finish`` (or None)
-    must run after the array was filled (e.g. to copy it back to a GPU tensor)."""
-    if isinstance(obj, Variable):
-        return obj._value, None
-    if isinstance(obj, np.ndarray):
-        return obj, None
-    for fn in _VALUE_ADAPTERS:
-        out = fn(obj)
-        if out is not None:
-            return out if isinstance(out, tuple) else (out, None)
-    return None
-
-
-def value_array(obj: Any) -> np.ndarray | None:
-    """The array a value node saves from and restores into, or None."""
-    t = value_target(obj)
-    return None if t is None else t[0]
-
-
-def is_value(obj: Any) -> bool:
-    return value_array(obj) is not None
-
-
-def is_node(obj: Any) -> bool:
-    """Whether obj takes part in the object graph (as a value or an object)."""
-    if isinstance(obj, (Variable, np.ndarray, Trackable, list, tuple, dict)):
-        return True
-    return is_value(obj) or _adapt(obj) is not None
-
-
 def children(obj: Any) -> list[tuple[str, Any]]:
+    """The named edges ``(name, child)`` of obj: a Trackable's tracked attributes, the
+    elements of a list or tuple (by index) and the entries of a dict (by ``str(key)``)
+    that are graph nodes, an adapter proxy's children; none for a value."""
     if isinstance(obj, Trackable):
         return obj._pyckpt_children()
     if isinstance(obj, (list, tuple)):
@@ -99,6 +39,7 @@ def children(obj: Any) -> list[tuple[str, Any]]:
 
 
 def get_child(obj: Any, name: str) -> Any:
+    """The child of obj under edge ``name`` (as ``children`` names them), or MISSING."""
     if isinstance(obj, Trackable):
         return obj._pyckpt_get_child(name)
     if isinstance(obj, (list, tuple)):
@@ -147,6 +88,7 @@ class LiveGraph:
         self.values: list[int] = []      # node ids holding values
 
     def path(self, i: int) -> list[str]:
+        """The edge names from the root to node i."""
         out = []
         while i > 0:
             out.append(self.names[i])
@@ -155,9 +97,11 @@ class LiveGraph:
 
     @property
     def paths(self) -> "_Paths":
+        """``paths[i]``: ``path(i)`` through indexing."""
         return _Paths(self)
 
     def value_keys(self) -> list[str]:
+        """The checkpoint key of every value node, in ``values`` order."""
         return [self.prefixes[n] + VALUE_SUFFIX for n in self.values]
 
     def array_of(self, n: int) -> np.ndarray:
@@ -167,6 +111,8 @@ class LiveGraph:
         return arr
 
     def to_json(self) -> dict:
+        """The graph as a manifest's ``graph`` field stores it: per node, its edges, the key
+        of its value (or None) and the type name of its object."""
         value: list[str | None] = [None] * len(self.objects)
         for n in self.values:
             value[n] = self.prefixes[n] + VALUE_SUFFIX
@@ -254,6 +200,8 @@ class StoredGraph:
 
     @classmethod
     def from_json(cls, doc: Any, keys: Any, bad: Callable[[str], Exception]) -> "StoredGraph":
+        """Validates a manifest's ``graph`` field (edges in range, values among ``keys``);
+        a defect raises ``bad(message)``."""
         if not isinstance(doc, dict):
             raise bad("graph must be an object")
         raw_children, raw_value = doc.get("children"), doc.get("value")

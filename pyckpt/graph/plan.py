@@ -16,6 +16,8 @@ from .sources import ValueSource
 
 @dataclasses.dataclass(frozen=True)
 class Conflict:
+    """A checkpoint value and a live value matched by path whose shape or dtype differ."""
+
     key: str
     checkpoint_shape: tuple[int, ...]
     checkpoint_dtype: str
@@ -73,6 +75,8 @@ class RestorePlan:
 
 def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
               exclude_keys: tuple = ()) -> RestorePlan:
+    """The RestorePlan of restoring ``source`` into ``root`` now, reading no value;
+    ``exclude_objects`` and ``exclude_keys`` are left out as the restore would."""
     g = source.graph
     excl_obj = {id(o) for o in exclude_objects}
     excl_keys = set(exclude_keys)

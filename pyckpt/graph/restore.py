@@ -160,6 +160,8 @@ class RestoreSession:
 
     # -- reports -----------------------------------------------------------------------
     def unmatched_checkpoint_keys(self) -> list[str]:
+        """Checkpoint keys not restored so far (pending ones included), sorted; excluded
+        keys left out."""
         g = self.graph
         return sorted(k for n, k in enumerate(g.value)
                       if k is not None and n not in self.consumed and k not in self.exclude_keys)
@@ -175,6 +177,7 @@ class RestoreSession:
         return out
 
     def pending_count(self) -> int:
+        """How many checkpoint values are not restored yet (``unmatched_checkpoint_keys``)."""
         return len(self.unmatched_checkpoint_keys())
 
 

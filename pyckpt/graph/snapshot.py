@@ -8,6 +8,8 @@ import numpy as np
 
 from .._native import core as _core
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
+from ..load_into import collect_targets
+from ..tree import flatten, rebuild_leaf
 from .object_graph import StoredGraph, traverse
 from .trackable import Trackable
 
@@ -26,6 +28,7 @@ class Snapshot:
         self.graph_doc = graph_doc  # the manifest form of the graph, for writing it out
 
     def keys(self) -> list[str]:
+        """The keys of the copied values."""
         return list(self.arrays)
 
     def __getitem__(self, key: str) -> np.ndarray:
@@ -36,6 +39,7 @@ class Snapshot:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of every copied array."""
         return sum(a.nbytes for a in self.arrays.values())
 
     def __repr__(self) -> str:
@@ -77,8 +81,6 @@ def _sources(x: Any) -> dict[str, np.ndarray]:
     if isinstance(x, Trackable):
         live = traverse(x)
         return {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
-    from ..tree import flatten
-
     leaves, _ = flatten(x)
     return {lf.key: lf.array for lf in leaves}
 
@@ -91,8 +93,6 @@ def _targets(x: Any) -> dict[str, tuple[np.ndarray | None, Any]]:
                 for k, n in zip(live.value_keys(), live.values)}  # CPU values (views)
     if isinstance(x, Snapshot):
         raise TypeError("copy_state cannot write into a Snapshot; restore it instead")
-    from ..load_into import collect_targets
-
     out: dict[str, tuple[np.ndarray | None, Any]] = {}
     for t in collect_targets(x):
         if t.sharded is not None:
@@ -110,8 +110,6 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     listing all of them, before anything is copied; without it they are skipped.
     Returns ``dst``.
     """
-    from ..tree import rebuild_leaf
-
     s = _sources(src)
     d = _targets(dst)
     problems = []

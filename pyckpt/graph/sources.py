@@ -13,13 +13,19 @@ from .object_graph import StoredGraph
 
 
 class ValueSource(Protocol):
+    """What a restore reads from: the stored graph, each value's shape and dtype by key,
+    and a batched read into given arrays."""
+
     graph: StoredGraph
 
-    def describe(self) -> str: ...
+    def describe(self) -> str:
+        """The source as messages name it (a URL, or "snapshot")."""
 
-    def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]: ...
+    def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        """``(shape, dtype)`` of the value under ``key``."""
 
-    def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None: ...
+    def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
+        """Fills each of ``dsts`` with the verified value of the matching key."""
 
 
 class StoredValues:
@@ -37,28 +43,36 @@ class StoredValues:
             self.graph = StoredGraph.from_keys(src.keys)
 
     def describe(self) -> str:
+        """The checkpoint's URL."""
         return self.src.url
 
     def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        """``(shape, dtype)`` of ``key`` as stored."""
         i = self.src.index[key]  # graph values were validated against the keys
         return self.src.shape(i), self.src.dtype(i)
 
     def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
+        """Reads the values of ``keys`` into ``dsts`` in one verified batch."""
         index = self.src.index
         self.src.read([index[k] for k in keys], dsts)
 
 
 class SnapshotSource:
+    """Values of a Snapshot, copied out of its arrays."""
+
     def __init__(self, snapshot: Any) -> None:
         self.snapshot = snapshot
         self.graph = snapshot.graph
 
     def describe(self) -> str:
+        """``"snapshot"``."""
         return "snapshot"
 
     def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        """``(shape, dtype)`` of the snapshot's array under ``key``."""
         arr = self.snapshot.arrays[key]
         return arr.shape, arr.dtype
 
     def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
+        """Copies the snapshot's arrays of ``keys`` into ``dsts`` (C++ core)."""
         _core.copy_arrays([self.snapshot.arrays[k] for k in keys], list(dsts), 0)

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import deferred
 from .containers import wrap
+from .nodes import MISSING, is_node
 
 
 class Trackable:
@@ -32,13 +33,9 @@ class Trackable:
     # -- graph protocol (object_graph.py); subclasses may extend ------------------
     def _pyckpt_children(self) -> list[tuple[str, Any]]:
         """Named dependencies, in attribute assignment order."""
-        from .object_graph import is_node
-
         return [(k, v) for k, v in self.__dict__.items() if not k.startswith("_") and is_node(v)]
 
     def _pyckpt_get_child(self, name: str) -> Any:
-        from .object_graph import MISSING, is_node
-
         if name.startswith("_"):
             return MISSING
         v = self.__dict__.get(name, MISSING)

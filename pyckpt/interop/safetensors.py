@@ -136,8 +136,9 @@ class SafetensorsFile(CheckpointSource):
 
     def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:
         keys = [self._keys[i] for i in indices]
-        if mmap and self.store.local:
-            raw = np.memmap(self.path, dtype=np.uint8, mode="r")
+        local = self.store.native_path(self.path) if mmap else None
+        if local is not None:
+            raw = np.memmap(local, dtype=np.uint8, mode="r")
             out = []
             for k in keys:
                 dtype, shape, b, e = self.tensors[k]

@@ -21,14 +21,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..graph.snapshot import Snapshot, take_snapshot
 
 
 class AsyncSaver:
+    """Runs one background save at a time and keeps its staging buffers for the next;
+    the error of a background save is re-raised by ``wait``."""
+
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._staging: Snapshot | None = None
         self._buffers: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -45,12 +46,9 @@ class AsyncSaver:
         self._buffers = dict(zip(keys, out))
         return out
 
-    def stage(self, root: Any) -> Snapshot:
-        """Copies the state of root into the reusable staging buffers."""
-        self._staging = take_snapshot(root, into=self._staging)
-        return self._staging
-
     def start(self, work: Callable[[], None]) -> None:
+        """Runs ``work`` in a daemon thread, keeping its exception for ``wait``. Call
+        ``wait`` first: one save is in flight at most."""
         def run() -> None:
             try:
                 work()
@@ -62,6 +60,7 @@ class AsyncSaver:
         self._thread.start()
 
     def busy(self) -> bool:
+        """Whether a background save is running."""
         return self._thread is not None and self._thread.is_alive()
 
     def wait(self) -> None:

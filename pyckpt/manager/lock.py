@@ -33,6 +33,10 @@ _HELD: "weakref.WeakValueDictionary[str, WriterLease]" = weakref.WeakValueDictio
 
 
 class WriterLease:
+    """The writer lease of one manager directory (module doc): ``acquire`` takes it,
+    ``refresh`` checks and renews it, ``release`` gives it up. ``lease_seconds``
+    bounds how long a holder on another host counts as alive without a heartbeat."""
+
     def __init__(self, store: Store, directory: str, lease_seconds: float = 600.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -105,6 +109,8 @@ class WriterLease:
             self._write()
 
     def release(self) -> None:
+        """Gives the lease up, deleting the lock file if it still names this owner (best
+        effort: storage errors are ignored)."""
         if not self.held:
             return
         self.held = False

@@ -23,13 +23,16 @@ import warnings
 import weakref
 from typing import Any, Callable
 
+from .. import saving
+from ..dist.comm import Communicator, resolve_comm
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
+from ..graph.object_graph import LiveGraph, traverse
 from ..storage import resolve
 from .async_save import AsyncSaver
 from .lock import WriterLease
 from .retention import check_mode, preserve, select_removals
-from ..format.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
+from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
                           committed_steps, parse_step, recover_state, write_state)
 
 _LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
@@ -58,7 +61,7 @@ class CheckpointManager:
                  best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
                  storage_options: dict | None = None, *, max_async_bytes: int | None = None,
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 comm: Any = None) -> None:
+                 comm: Communicator | None = None) -> None:
         if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
             raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
         if max_to_keep is not None and max_to_keep < 1:
@@ -109,10 +112,12 @@ class CheckpointManager:
     # -- properties ---------------------------------------------------------------------
     @property
     def directory(self) -> str:
+        """The URL of the managed directory."""
         return self._store.url(self._dir)
 
     @property
     def checkpoint(self) -> Any:
+        """The Checkpoint this manager saves."""
         return self._checkpoint
 
     @property
@@ -150,8 +155,6 @@ class CheckpointManager:
             self._last_step = step
         if metrics is not None:
             json.dumps(metrics, allow_nan=False)  # must be storable in the state file
-        from ..dist.comm import resolve_comm
-
         comm = resolve_comm(self._comm)
         multi = comm is not None and comm.world_size > 1
         # the coordinator keeps the state and retention
@@ -162,33 +165,30 @@ class CheckpointManager:
             if not self._cleaned:
                 self._cleanup_leftovers()
         counter = self._checkpoint.save_counter
-        counter.assign_add(1)
-        number = int(checkpoint_number) if checkpoint_number is not None else int(counter)
-        name = f"{self._name}-{number}"
-        path = self._store.join(self._dir, name)
-        url = self._store.url(path)
-        self._warn_if_below(number)
-        if blocking or multi or not self._async_fits():
+        with saving.numbered(counter) as counted:  # a failure below gives the number back
+            number = int(checkpoint_number) if checkpoint_number is not None else counted
+            name = f"{self._name}-{number}"
+            path = self._store.join(self._dir, name)
+            url = self._store.url(path)
+            self._warn_if_below(number)
+            live = None if blocking or multi else traverse(self._checkpoint)
+            sync = live is None or not self._async_fits(live)
             try:
-                self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
+                if sync:
+                    self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
+                else:
+                    assert live is not None
+                    work = self._stage_async(path, live)
             except BaseException as e:
-                counter.assign_sub(1)
                 if lead:
                     self._roll_back(path, name, e)
                 raise
-            if multi:
+        if sync:
+            if comm is not None and multi:
                 self._record_collectively(comm, name, number, metrics)
             else:
                 self._record(name, number, metrics)
             return url
-        try:
-            work = self._stage_async(path)
-        except BaseException as e:
-            counter.assign_sub(1)
-            self._roll_back(path, name, e)
-            raise
-
-        counted = int(counter)
 
         def finish() -> None:
             try:
@@ -228,35 +228,21 @@ class CheckpointManager:
                   + ("a committed checkpoint of that name exists and was left in place"
                      if committed else "nothing of it was left on storage"))
 
-    def _stage_async(self, path: str) -> Callable[[], Any]:
+    def _stage_async(self, path: str, live: LiveGraph) -> Callable[[], Any]:
         """Copies the state aside (returning once it may change again) and returns
-        the work that writes and commits it."""
-        from ..engine.writer import StagedSave, save_tensors
-        from ..graph.object_graph import traverse
-
-        live = traverse(self._checkpoint)
+        the work that writes and commits it (saving.stage)."""
+        keys = live.value_keys()
         srcs = [live.array_of(n) for n in live.values]
-        native = all(a.dtype.byteorder in "=<|" for a in srcs)
-        if self._store.local and native:
-            keys = live.value_keys()
-            staged = StagedSave(self._store, path, keys, srcs, self._async.buffers(keys, srcs),
-                                graph=live.to_json(), metadata=None)
-            staged.stage()
-            return staged.finish
-        snap = self._async.stage(self._checkpoint)
-        return lambda: save_tensors(self._store, path, list(snap.arrays.items()),
-                                    graph=snap.graph_doc, keys_checked=True)
+        return saving.stage(self._store, path, keys, srcs, self._async.buffers(keys, srcs),
+                            graph=live.to_json())
 
-    def _async_fits(self) -> bool:
+    def _async_fits(self, live: LiveGraph) -> bool:
         if self._max_async_bytes is None:
             return True
-        from ..graph.object_graph import traverse
-
-        live = traverse(self._checkpoint)
         total = sum(live.array_of(n).nbytes for n in live.values)
         return total <= self._max_async_bytes
 
-    def _record_collectively(self, comm: Any, name: str, number: int, metrics: dict | None) -> None:
+    def _record_collectively(self, comm: Communicator, name: str, number: int, metrics: dict | None) -> None:
         """Multi-worker: rank 0 records and deletes; every worker updates its list the
         same way and returns only after rank 0 is done (or raises its error)."""
         outcome = None
@@ -302,7 +288,7 @@ class CheckpointManager:
 
     def _delete(self, name: str) -> None:
         """Un-commits (index first) and removes one checkpoint; forgets the mark."""
-        check_step_name(name, self._name)  # never a path: see format/run.py
+        check_step_name(name, self._name)  # never a path: see engine/run.py
         path = self._store.join(self._dir, name)
         if self._store.is_link(path):  # a link placed in the run: remove the link only
             self._store.delete([path])

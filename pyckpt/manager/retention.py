@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..format.run import Entry
+from ..engine.run import Entry
 
 
 def select_removals(active: list[Entry], max_to_keep: int | None,
@@ -46,6 +46,7 @@ def preserve(entry: Entry, last_preserved_time: float, every_n_hours: float | No
 
 
 def check_mode(best_mode: Any) -> str:
+    """``best_mode`` when it is "max" or "min"; else ValueError."""
     if best_mode not in ("max", "min"):
         raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
     return best_mode

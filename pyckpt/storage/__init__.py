@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import Store
+from .base import ByteRange, FetchPolicy, LeftoverUploads, NewFile, Store
 from .local import LocalStore
 
-__all__ = ["Store", "LocalStore", "resolve"]
+__all__ = ["ByteRange", "FetchPolicy", "LeftoverUploads", "LocalStore", "NewFile", "Store",
+           "resolve"]
 
 _LOCAL = LocalStore()
 
@@ -25,6 +26,8 @@ def resolve(path: Any, storage_options: dict | None = None) -> tuple[Store, str]
         path = path[len("file://"):]
     if "://" not in path:
         return _LOCAL, os.path.abspath(os.path.expanduser(path))
+    # loaded with the first URL: it brings asyncio and fsspec's machinery (~90 ms),
+    # which local checkpoints never need
     from .fsspec_store import FsspecStore
 
     return FsspecStore.for_url(path, storage_options)

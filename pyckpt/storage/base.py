@@ -1,24 +1,92 @@
 """The storage interface every backend implements (local disk, fsspec stores).
 
-Paths are '/'-separated strings in the store's own namespace (an absolute
-local path, or "bucket/prefix/key" for object stores). A checkpoint is a
-directory-like prefix; its index file is written last and atomically, which
-is the commit (docs/PROTOCOL.md). The interface is shaped for object stores:
-whole-object and ranged reads, whole-object atomic writes, no rename needed.
+Storage knows bytes, not checkpoints. Paths are '/'-separated strings in the
+store's own namespace (an absolute local path, or "bucket/prefix/key" for
+object stores). A checkpoint is a directory-like prefix; its index file is
+written last and atomically, which is the commit (docs/PROTOCOL.md). The
+interface is shaped for object stores: whole-object and ranged reads,
+whole-object atomic writes, no rename needed.
 
-Backends declare what they can do with capability flags so that the engine
-picks the fastest path: ``local`` stores hand file paths to the C++ core,
-which reads and writes them directly.
+Bulk transfers take typed requests: ``fetch`` a list of ``ByteRange``s, and
+``write_files`` a list of ``NewFile``s (a path, a size and a function that
+produces any byte range of the file). What the bytes mean, and their
+checksums, is the engine's business.
+
+Capability: ``native_path(path)`` is the path of a local file that the C++
+core may open itself (pread/pwrite, mmap), or None. The engine asks it once
+per bulk read or write and takes the fast path when it has one.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+
+from .. import progress
+from ..errors import CheckpointIOError
+
+#: Bytes per part when a generic store streams a new file through ``open_write``.
+STREAM_PART = 16 << 20
+
+
+class ByteRange(NamedTuple):
+    """Bytes [start, end) of the object at ``path``."""
+
+    path: str
+    start: int
+    end: int
+
+
+class NewFile(NamedTuple):
+    """A file (object) to write whole: ``size`` bytes, produced part by part by
+    ``fill(begin, buf)``, which writes the file's bytes [begin, begin + len(buf))
+    into ``buf`` and returns it. ``fill`` may be called from any thread, for any
+    range, more than once for one range (retries)."""
+
+    path: str
+    size: int
+    fill: Callable[[int, bytearray], Any]
+
+    def parts(self, part_size: int) -> list[tuple[int, int]]:
+        """[begin, end) of each part of at most ``part_size`` bytes ([(0, 0)] if empty)."""
+        return [(b, min(b + part_size, self.size))
+                for b in range(0, self.size, part_size)] or [(0, 0)]
+
+
+class LeftoverUploads(NamedTuple):
+    """What a store that keeps unfinished uploads (S3 multipart uploads) may clean up
+    beside a write under ``prefix``: the uploads of objects whose name ``owner``
+    maps to a writer id (None: not a writer's object, never touched) other than
+    ``current`` (the writer writing now), once ``is_live(writer)`` says that writer
+    has ended (False; None: unknown) or its upload is older than the store's
+    ``stale_upload_age``."""
+
+    prefix: str
+    owner: Callable[[str], str | None]
+    current: str | None
+    is_live: Callable[[str], bool | None]
+
+
+class FetchPolicy(NamedTuple):
+    """How a reader should batch its ranged reads on this store."""
+
+    #: Ranges of one object closer than this are best merged into one request...
+    gap: int = 1 << 20
+    #: ...unless the merged request would exceed this many bytes.
+    request_max: int = 16 << 20
+    #: Bytes per ``fetch`` call (bounds memory; the next one can be prefetched).
+    batch_bytes: int = 256 << 20
+    #: Requests the store runs at once inside one ``fetch``.
+    concurrency: int = 8
 
 
 class Store(abc.ABC):
-    #: Paths are local files the C++ core can open (pread/pwrite, mmap).
+    """A namespace of byte objects: the abstract primitives every backend
+    implements, the bulk transfers (``fetch``, ``write_files``) with generic
+    versions built on them, and the ``native_path`` capability."""
+
+    #: Legacy declaration that paths are local files the C++ core can open; the
+    #: engine asks ``native_path`` (whose default honours this flag) instead.
     local: bool = False
     #: A file can be renamed atomically (used for the commit on local disks).
     atomic_rename: bool = False
@@ -35,6 +103,16 @@ class Store(abc.ABC):
     def url(self, path: str) -> str:
         """The path as the user would write it (with its scheme)."""
         return f"{self.protocol}://{path}" if self.protocol else path
+
+    # -- capabilities ------------------------------------------------------------
+    def native_path(self, path: str) -> str | None:
+        """The local file the C++ core may open itself for ``path``, or None when the
+        store's objects are reached through its methods only."""
+        return path if self.local else None
+
+    def fetch_policy(self) -> FetchPolicy:
+        """How readers should batch their ``fetch`` calls on this store."""
+        return FetchPolicy()
 
     # -- reads -------------------------------------------------------------------
     @abc.abstractmethod
@@ -57,6 +135,20 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Bytes [start, end) for each range, fetched concurrently where possible."""
+
+    def fetch(self, ranges: Sequence[ByteRange]) -> list[Any]:
+        """The bytes of each range (bytes or another buffer), in order; concurrent where
+        the backend can. A range past the object's end comes back short: the caller
+        checks lengths. This version calls ``read_ranges`` once per object."""
+        out: list[Any] = [b""] * len(ranges)
+        by_path: dict[str, list[int]] = {}
+        for i, r in enumerate(ranges):
+            by_path.setdefault(r.path, []).append(i)
+        for path, idx in by_path.items():
+            got = self.read_ranges(path, [(ranges[i].start, ranges[i].end) for i in idx])
+            for i, data in zip(idx, got):
+                out[i] = data
+        return out
 
     def mtime(self, path: str) -> float | None:
         return None
@@ -90,59 +182,26 @@ class Store(abc.ABC):
     def sync_dir(self, path: str) -> None:
         """Makes entries created in a directory durable (no-op on object stores)."""
 
-    # -- engine hooks (generic versions; backends override them to go faster) ----------
-    def write_shards(self, paths: list[str], sizes: Sequence[int], keys: list[str],
-                     arrays: list[Any], file_idx: Any, offsets: Any, options: Any) -> Any:
-        """Writes the shard files of one save (non-local stores); returns the masked chunk
-        CRCs. This version streams each file through ``open_write`` part by part and
-        confirms every file's size before the caller may commit."""
-        from .. import _core
-        from .remote_io import ShardLayout
-
-        crcs, _ = _core.compute_checksums(keys, arrays, options.chunk_size, options.threads)
-        for path, layout in shard_layouts(paths, sizes, arrays, file_idx, offsets):
-            with self.open_write(path) as f:
-                for b, e in layout.parts(16 << 20):
-                    f.write(layout.fill(b, bytearray(e - b)))
-        self.confirm_sizes(dict(zip(paths, (int(s) for s in sizes))))
-        return crcs
+    def write_files(self, files: Sequence[NewFile], *,
+                    leftovers: LeftoverUploads | None = None) -> None:
+        """Writes new files whole and durably, and confirms every file's size with the
+        store before it returns (the caller commits next). On failure it raises; the
+        caller deletes the files. ``leftovers``: what the store may clean up beside
+        the write (stores with unfinished uploads). This version streams each file
+        through ``open_write`` part by part, one file after the other."""
+        done = progress.counter()
+        for f in files:
+            with self.open_write(f.path) as out:
+                for b, e in f.parts(STREAM_PART):
+                    out.write(f.fill(b, bytearray(e - b)))
+                    if done is not None:
+                        done.add(e - b)
+        self.confirm_sizes({f.path: f.size for f in files})
 
     def confirm_sizes(self, expected: dict[str, int]) -> None:
         """Acknowledged is not enough: checks what the store holds before a commit."""
-        from ..errors import CheckpointIOError
-
         for path, size in expected.items():
             got = self.size(path)
             if got != size:
                 raise CheckpointIOError(5, f"upload of {self.url(path)} is incomplete: the store "
                                            f"holds {got} of {size} bytes")
-
-    def read_plan(self, ck: Any, plan: Any, used: Any, dsts: Sequence[Any]) -> None:
-        """Reads and verifies the byte ranges of a read plan (non-local stores), with
-        ``read_ranges``; backends with concurrent requests override ``fetch``."""
-        from .options import RemoteOptions
-        from .remote_read import read_plan
-
-        read_plan(self, ck, plan, dsts, getattr(self, "opts", RemoteOptions()))
-
-    def fetch(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
-        """Bytes [start, end) of each (path, start, end)."""
-        out: list[bytes] = []
-        for path, start, end in ranges:
-            out.extend(self.read_ranges(path, [(start, end)]))
-        return out
-
-
-def shard_layouts(paths: Sequence[str], sizes: Sequence[int], arrays: Sequence[Any],
-                  file_idx: Any, offsets: Any) -> list[tuple[str, Any]]:
-    """(path, ShardLayout) of every shard file of a save, for streaming writers."""
-    from .remote_io import ShardLayout
-
-    fi, off = list(file_idx), list(offsets)
-    per_file: list[tuple[list, list]] = [([], []) for _ in paths]
-    for i, a in enumerate(arrays):
-        if a.nbytes:
-            per_file[int(fi[i])][0].append(a)
-            per_file[int(fi[i])][1].append(int(off[i]))
-    return [(p, ShardLayout(arrs, offs, int(sz))) for p, (arrs, offs), sz in
-            zip(paths, per_file, sizes)]

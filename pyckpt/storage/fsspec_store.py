@@ -5,22 +5,32 @@ its size confirmed (docs/PROTOCOL.md, "Object stores").
 
 Every request goes through retry.py: retried on transient errors, abandoned
 when it stalls, given up on when its operation made no progress for
-``deadline`` seconds (docs/PROTOCOL.md, "Timeouts, retries and cleanup")."""
+``deadline`` seconds (docs/PROTOCOL.md, "Timeouts, retries and cleanup").
+The transfers live beside it: remote_client.py (the filesystem, single S3
+requests), uploads.py (``write_files``), downloads.py (``fetch``) and
+stale_uploads.py (open multipart uploads of failed writes)."""
 
 from __future__ import annotations
 
+import datetime
 import functools
+import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-import numpy as np
-
-from .base import Store
+from .base import ByteRange, FetchPolicy, LeftoverUploads, NewFile, Store
+from .downloads import Downloader
 from .options import RemoteOptions
-from .remote_io import RemoteIO, gather_or_cancel
+from .registry import check_protocol
+from .remote_client import RemoteClient
 from .retry import call_async, call_sync
+from .stale_uploads import StaleUploads
+from .tasks import gather_or_cancel
+from .uploads import Uploader
+
+log = logging.getLogger("pyckpt.storage")
 
 _CACHE: dict[Any, "FsspecStore"] = {}
 _CACHE_LOCK = threading.Lock()
@@ -56,6 +66,10 @@ class _DiscardOnError:
 
 
 class FsspecStore(Store):
+    """A store over one fsspec filesystem (one per filesystem and options,
+    ``for_url``); no native paths: bulk reads are concurrent ranged requests,
+    bulk writes parallel part uploads."""
+
     local = False
     atomic_rename = False
 
@@ -64,18 +78,19 @@ class FsspecStore(Store):
         self.opts = opts
         proto = fs.protocol
         self.protocol = proto[0] if isinstance(proto, (tuple, list)) else proto
-        self.io = RemoteIO(fs, opts, self.url)
+        self.io = RemoteClient(fs, opts, self.url)
+        self.uploads = Uploader(self.io)
+        self.downloads = Downloader(self.io)
+        self.stale = StaleUploads(self.io)
         #: path -> (error, time): files whose cleanup ran after that error (``delete``)
         self._cleaned: dict[str, tuple[BaseException, float]] = {}
         self._cleaned_lock = threading.Lock()
 
     @classmethod
     def for_url(cls, url: str, storage_options: dict | None) -> tuple["FsspecStore", str]:
-        import fsspec
+        import fsspec  # optional at import time: loaded with the first URL
 
         opts, fs_options = RemoteOptions.split(storage_options)
-        from .registry import check_protocol
-
         check_protocol(url)
         fs, path = fsspec.core.url_to_fs(url, **fs_options)
         key = (type(fs), _freeze(fs_options), url.split("://", 1)[0], opts.key(), id(fs))
@@ -162,8 +177,6 @@ class FsspecStore(Store):
                 return float(v)
             if isinstance(v, str):
                 try:
-                    import datetime
-
                     return datetime.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
                 except ValueError:
                     pass
@@ -175,7 +188,17 @@ class FsspecStore(Store):
         return self._op(f"read of {self.url(path)}", "cat_file", path, stall=self.opts.timeout)
 
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        return self.io.fetch([(path, s, e) for s, e in ranges])
+        return self.downloads.fetch([ByteRange(path, s, e) for s, e in ranges])
+
+    def fetch(self, ranges: Sequence[ByteRange]) -> list[Any]:
+        """The ranges, up to ``max_concurrency`` requests at once, each retried."""
+        return self.downloads.fetch(ranges)
+
+    def fetch_policy(self) -> FetchPolicy:
+        """The read batching of this store's ``RemoteOptions``."""
+        o = self.opts
+        return FetchPolicy(gap=o.read_gap, request_max=o.read_request_max,
+                           batch_bytes=o.read_batch_bytes, concurrency=o.max_concurrency)
 
     # -- writes ---------------------------------------------------------------------
     def makedirs(self, path: str) -> None:
@@ -264,7 +287,7 @@ class FsspecStore(Store):
         except FileNotFoundError:
             pass
         # multipart uploads under the prefix are part of what is deleted (S3)
-        self.io.abort_uploads_under(path)
+        self.stale.abort_under(path)
         if hasattr(self.fs, "call_s3") and hasattr(self.fs, "split_path"):
             # S3 gateways over a filesystem (SeaweedFS, MinIO) keep the emptied
             # "directory"; deleting the key with a trailing slash removes it.
@@ -276,81 +299,56 @@ class FsspecStore(Store):
                 pass
         self._fresh(path)
 
-    # -- engine hooks -----------------------------------------------------------------
-    def write_shards(self, paths: list[str], sizes: Sequence[int], keys: list[str],
-                     arrays: list[np.ndarray], file_idx: np.ndarray, offsets: np.ndarray,
-                     options: Any) -> np.ndarray:
-        """Checksums (C++, parallel) then uploads every shard file in parallel parts;
-        confirms sizes. First aborts multipart uploads that failed saves left open in
-        this checkpoint's prefix (``abort_stale_uploads``).
+    # -- bulk writes ------------------------------------------------------------------
+    def write_files(self, files: Sequence[NewFile], *,
+                    leftovers: LeftoverUploads | None = None) -> None:
+        """Uploads every file in parallel parts and confirms their sizes. Beside it,
+        aborts the multipart uploads that ended writers left open under
+        ``leftovers.prefix`` (``abort_stale_uploads``).
 
         On failure the upload's own error is raised, after a bounded best-effort
-        cleanup (abort this save's multipart uploads, delete its objects) whose
-        failures are notes on that error; the caller's deletion of ``paths`` while
+        cleanup (abort this write's multipart uploads, delete its objects) whose
+        failures are notes on that error; the caller's deletion of the files while
         handling it is then not repeated (``delete``)."""
-        from .. import _core
-        from .base import shard_layouts
-
-        crcs, _ = _core.compute_checksums(keys, arrays, options.chunk_size, options.threads)
-        layouts = shard_layouts(paths, sizes, arrays, file_idx, offsets)
-        sweep = self._start_sweep(paths)
+        paths = [f.path for f in files]
+        sweep = self._start_sweep(leftovers) if files and leftovers is not None else None
         try:
-            self.io.upload(layouts)  # on failure it has cleaned up after itself
+            self.uploads.upload(files)  # on failure it has cleaned up after itself
         except BaseException as e:
             self._mark_cleaned(paths, e)
             raise
         try:
-            self.confirm_sizes({p: lay.size for p, lay in layouts})
+            self.confirm_sizes({f.path: f.size for f in files})
         except BaseException as e:  # a short or missing object: delete them all
-            self.io.discard(e, list(paths))
+            self.uploads.discard(e, paths)
             self._mark_cleaned(paths, e)
             raise
         if sweep is not None:  # it runs beside the upload; bounded, best effort
             sweep.join(timeout=2 * self.opts.cleanup_timeout)
-        return crcs
 
-    def _start_sweep(self, paths: Sequence[str]) -> threading.Thread | None:
-        """``abort_stale_uploads`` of the checkpoint of ``paths`` in a thread of its own,
-        beside the upload (S3 only): it adds no time to a save, and a store that
-        stalls makes the upload fail, not the sweep wait."""
-        if not paths or not self.io.is_s3:
+    def _start_sweep(self, leftovers: LeftoverUploads) -> threading.Thread | None:
+        """``abort_stale_uploads`` in a thread of its own, beside the upload (S3 only):
+        it adds no time to a save, and a store that stalls makes the upload fail, not
+        the sweep wait."""
+        if not self.io.is_s3:
             return None
-        from ..engine import naming
-
-        prefix, _, name = paths[0].rpartition("/")
-        current = naming.attempt_of(name) if naming.is_data_file(name) else None
 
         def sweep() -> None:
             try:
-                self.abort_stale_uploads(prefix, current)
+                self.abort_stale_uploads(leftovers)
             except Exception as e:  # noqa: BLE001 - best effort
-                import logging
-
-                logging.getLogger("pyckpt.storage").info(
-                    "pyckpt: sweeping multipart uploads under %s failed: %s", self.url(prefix), e)
+                log.info(
+                    "pyckpt: sweeping multipart uploads under %s failed: %s",
+                    self.url(leftovers.prefix), e)
 
         thread = threading.Thread(target=sweep, name="pyckpt-sweep", daemon=True)
         thread.start()
         return thread
 
-    def abort_stale_uploads(self, prefix: str, current_attempt: str | None = None,
-                            is_live: Callable[[str], bool | None] | None = None) -> list[str]:
-        """Aborts the multipart uploads failed saves left open (S3; best effort, bounded
-        by ``cleanup_timeout``): those this process could not abort, and, under the
-        checkpoint ``prefix``, those of pyckpt data files of attempts other than
-        ``current_attempt`` that have ended (their attempt marker is gone or dead,
-        engine/attempts.py) or began more than ``stale_upload_age`` seconds ago.
-        Returns the keys aborted."""
-        return self.io.sweep_uploads(prefix, current_attempt,
-                                     is_live or (lambda a: self._attempt_live(prefix, a)))
-
-    def _attempt_live(self, prefix: str, attempt: str) -> bool | None:
-        """Whether a save attempt in ``prefix`` may still be running: False once its
-        marker is gone (it committed or gave up) or belongs to a dead process; None if
-        unknown (no marker protocol)."""
-        from ..engine import attempts  # TODO(issue 11): the engine passes this in
-
-        return attempts.is_live(self, prefix, attempt)
-
-    def fetch(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
-        return self.io.fetch(ranges)
+    def abort_stale_uploads(self, leftovers: LeftoverUploads) -> list[str]:
+        """Aborts the multipart uploads that failed writes left open (S3; best effort,
+        bounded by ``cleanup_timeout``): those this process could not abort, and,
+        under ``leftovers.prefix``, those of other writers' objects whose writer has
+        ended (``leftovers.is_live`` gives False) or that began more than
+        ``stale_upload_age`` seconds ago. Returns the keys aborted."""
+        return self.stale.sweep(leftovers)

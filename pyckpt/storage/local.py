@@ -50,6 +50,9 @@ def _os_errors(what: str, *, missing_passes: bool = False) -> Callable[[F], F]:
 
 
 class LocalStore(Store):
+    """The local filesystem: absolute paths, atomic renames, fsync; every path is
+    a native path (the C++ core reads, writes and maps the files itself)."""
+
     local = True
     atomic_rename = True
     protocol = ""
@@ -97,22 +100,12 @@ class LocalStore(Store):
                 out.append(f.read(end - start))
         return out
 
-    @_os_errors("map", missing_passes=True)
+    def native_path(self, path: str) -> str:
+        """Every path of this store is a local file the C++ core opens itself."""
+        return path
+
     def map_file(self, path: str) -> mmap.mmap:
-        """A read-only memory map of the whole (non-empty) shard file. Like the C++
-        reader, it refuses a symbolic link in a shard file's place."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-        except OSError as e:
-            if e.errno == errno.ELOOP and os.path.islink(path):
-                raise CorruptCheckpointError(
-                    f"shard file '{path}' is a symbolic link; pyckpt refuses to follow links "
-                    "inside a checkpoint") from None
-            raise
-        try:
-            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
+        return map_file(path)
 
     @_os_errors("create the directory")
     def makedirs(self, path: str) -> None:
@@ -172,6 +165,29 @@ class LocalStore(Store):
                 raise
         finally:
             os.close(fd)
+
+
+def map_file(path: str) -> mmap.mmap:
+    """A read-only memory map of the whole (non-empty) local file ``path``. Like the
+    C++ reader, it refuses a symbolic link in a shard file's place; other OSErrors
+    become CheckpointIOError (FileNotFoundError passes unchanged)."""
+    try:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as e:
+            if e.errno == errno.ELOOP and os.path.islink(path):
+                raise CorruptCheckpointError(
+                    f"shard file '{path}' is a symbolic link; pyckpt refuses to follow links "
+                    "inside a checkpoint") from None
+            raise
+        try:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise io_error(e, f"cannot map '{path}'") from e
 
 
 class _AtomicFile:

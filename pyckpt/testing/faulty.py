@@ -26,6 +26,11 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 @dataclasses.dataclass
 class Faults:
+    """Which requests fail and how (the fields below), and counters of what went
+    through: ``requests``, ``failures``, ``bytes_read``, ``bytes_written`` and ``log``,
+    one ``(number, kind, description, "ok" or "FAILED")`` per request. Shared by
+    reference: pass it as ``storage_options={"faulty": {"faults": faults}}``."""
+
     #: 1-based numbers of the requests that fail.
     fail_nth: set = dataclasses.field(default_factory=set)
     #: Probability that any request fails (drawn from ``seed``).
@@ -56,11 +61,14 @@ class Faults:
         self._rng = random.Random(self.seed)
 
     def reset_counters(self) -> None:
+        """Zeroes the counters and clears the log (request numbers start again at 1)."""
         with self._lock:
             self.requests = self.failures = self.bytes_read = self.bytes_written = 0
             self.log.clear()
 
     def request(self, kind: str, what: str) -> None:
+        """Counts one request of ``kind`` ("read", "write", "meta") described by ``what``,
+        waits ``latency`` and raises ``error(...)`` when this request is chosen to fail."""
         with self._lock:
             self.requests += 1
             n = self.requests
@@ -129,6 +137,10 @@ class _WriteFile:
 
 
 class FaultyFileSystem(ChainedFileSystem):
+    """The ``faulty::`` filesystem: forwards every call to the ``target_protocol``
+    filesystem (made with ``target_options``), counting each request in ``faults``
+    (a new Faults when none is given) and failing it when they say so."""
+
     protocol = "faulty"
 
     def __init__(self, target_protocol: str = "memory", target_options: dict | None = None,
@@ -161,10 +173,12 @@ class FaultyFileSystem(ChainedFileSystem):
         return await self.target._call_s3(method, *args, **kwargs)
 
     def unstrip_protocol(self, path: str) -> str:
+        """The full URL of path: ``faulty::`` before the target's URL."""
         return "faulty::" + self.target.unstrip_protocol(path)
 
     # -- reads ------------------------------------------------------------------
     def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any) -> bytes:
+        """Bytes [start, end) of path (one "read" request; the bytes are counted)."""
         self.faults.request("read", f"{path} bytes [{start}, {end})")
         data = self.target.cat_file(path, start=start, end=end, **kw)
         with self.faults._lock:
@@ -179,10 +193,14 @@ class FaultyFileSystem(ChainedFileSystem):
         return self.target.open(path, mode, **kw)
 
     def open(self, path: str, mode: str = "rb", **kw: Any) -> Any:
+        """Opens path on the target (one "read" or "write" request); a write handle
+        counts every write as a request and may cut it short (``cut_writes_to``)."""
         return self._open(path, mode, **kw)
 
     # -- writes -------------------------------------------------------------------
     def pipe_file(self, path: str, value: bytes, **kw: Any) -> None:
+        """Writes ``value`` to path in one "write" request, cut short as ``cut_writes_to``
+        says."""
         self.faults.request("write", f"put {path} ({len(value)} bytes)")
         if self.faults.cut_writes_to is not None:
             value = value[: int(len(value) * self.faults.cut_writes_to)]
@@ -191,37 +209,46 @@ class FaultyFileSystem(ChainedFileSystem):
         self.target.pipe_file(path, value, **kw)
 
     def rm_file(self, path: str) -> None:
+        """Deletes one file (a "meta" request)."""
         self.faults.request("meta", f"delete {path}")
         self.target.rm_file(path)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        """Deletes path(s), recursively if asked (one "meta" request)."""
         self.faults.request("meta", f"delete {path}")
         self.target.rm(path, recursive=recursive, maxdepth=maxdepth)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Creates directories on the target (not counted as a request)."""
         self.target.makedirs(path, exist_ok=exist_ok)
 
     def mkdir(self, path: str, create_parents: bool = True, **kw: Any) -> None:
+        """Creates a directory on the target (not counted as a request)."""
         self.target.mkdir(path, create_parents=create_parents, **kw)
 
     # -- metadata -------------------------------------------------------------------
     def info(self, path: str, **kw: Any) -> dict:
+        """The target's info of path (a "meta" request)."""
         self.faults.request("meta", f"info {path}")
         return self.target.info(path, **kw)
 
     def ls(self, path: str, detail: bool = True, **kw: Any) -> Any:
+        """The target's listing of path (a "meta" request)."""
         self.faults.request("meta", f"list {path}")
         return self.target.ls(path, detail=detail, **kw)
 
     def exists(self, path: str, **kw: Any) -> bool:
+        """Whether path exists on the target (a "meta" request)."""
         self.faults.request("meta", f"exists {path}")
         return self.target.exists(path, **kw)
 
     def isdir(self, path: str) -> bool:
+        """Whether path is a directory on the target (a "meta" request)."""
         self.faults.request("meta", f"isdir {path}")
         return self.target.isdir(path)
 
     def invalidate_cache(self, path: str | None = None) -> None:
+        """Drops the target's listing cache (not counted as a request)."""
         self.target.invalidate_cache(path)
 
 

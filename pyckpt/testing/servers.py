@@ -121,6 +121,7 @@ class SeaweedServer:
 
     @property
     def pid(self) -> int:
+        """The pid (and process group) of the started ``weed`` process."""
         assert self.proc is not None, "not started"
         return self.proc.pid
 
@@ -171,6 +172,7 @@ class SeaweedServer:
             proc.wait(timeout=30)
 
     def close(self) -> None:
+        """Stops the server (resumed first if stalled) and removes its data directory."""
         if self.proc is not None:
             self.resume(wait=0)
             _stop(self.proc)
@@ -266,6 +268,8 @@ class LoopbackProxy:
                 self._stop.wait(max(0.0, due - time.monotonic()))
 
     def close(self) -> None:
+        """Stops forwarding: closes the listener and every connection, then joins the
+        threads (2 s each at most)."""
         self._stop.set()
         with contextlib.suppress(OSError):
             self.listener.close()
@@ -306,6 +310,8 @@ def moto() -> Iterator[dict]:
 
 
 def moto_reset(storage_options: dict) -> None:
+    """Resets the moto server at ``storage_options["endpoint_url"]``: every bucket and
+    object is gone."""
     req = urllib.request.Request(storage_options["endpoint_url"] + "/moto-api/reset", method="POST")
     with urllib.request.urlopen(req, timeout=10):
         pass
@@ -333,6 +339,8 @@ def gcs_emulator(startup_timeout: float = 60.0) -> Iterator[dict]:
 
 
 def make_bucket(protocol: str, storage_options: dict, name: str) -> None:
+    """Creates bucket ``name`` through fsspec's ``protocol`` filesystem; an existing
+    bucket is fine."""
     import fsspec
 
     fs = fsspec.filesystem(protocol, **storage_options)

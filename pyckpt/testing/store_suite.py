@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import pytest
 
+from pyckpt.storage import resolve
+
 
 class StoreSuite:
+    """The conformance tests of every Store; a subclass provides the ``store_root``
+    fixture (module doc)."""
+
     def test_write_atomic_then_read(self, store_root):
+        """write_atomic creates, then replaces, an object that exists, read_bytes and size see."""
         store, root = store_root
         path = store.join(root, "a", "obj")
         store.makedirs(store.join(root, "a"))
@@ -29,6 +35,7 @@ class StoreSuite:
         assert store.read_bytes(path) == b"replaced"
 
     def test_read_ranges(self, store_root):
+        """read_ranges returns the requested byte ranges, in request order."""
         store, root = store_root
         path = store.join(root, "r")
         store.write_atomic(path, bytes(range(256)) * 4)
@@ -36,6 +43,8 @@ class StoreSuite:
             bytes([0, 1, 2, 3]), bytes([252, 253, 254, 255]), bytes([44])]
 
     def test_listdir_isdir_and_missing(self, store_root):
+        """listdir names files and subdirectories; a missing directory lists empty; a missing
+        file does not exist and read_bytes raises FileNotFoundError."""
         store, root = store_root
         store.makedirs(store.join(root, "d"))
         store.write_atomic(store.join(root, "d", "x"), b"1")
@@ -48,6 +57,7 @@ class StoreSuite:
             store.read_bytes(store.join(root, "nothing", "x"))
 
     def test_delete_and_rmtree(self, store_root):
+        """delete ignores missing paths; rmtree removes a tree and ignores a missing one."""
         store, root = store_root
         for name in ("a", "b"):
             store.write_atomic(store.join(root, "t", name), b"x")
@@ -63,8 +73,7 @@ class ResolvableStoreSuite(StoreSuite):
     (local paths and fsspec URLs)."""
 
     def test_url_round_trips_through_resolve(self, store_root):
-        from pyckpt.storage import resolve
-
+        """The ``url`` of a path resolves to a store and path that read the same object."""
         store, root = store_root
         path = store.join(root, "u")
         store.write_atomic(path, b"z")

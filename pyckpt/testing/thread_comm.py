@@ -16,6 +16,9 @@ from ..dist.comm import Communicator, WorkerTimeoutError
 
 
 class ThreadGroup:
+    """``world_size`` workers played by threads of this process, sharing one mailbox;
+    their collectives wait at most ``timeout`` seconds."""
+
     def __init__(self, world_size: int, timeout: float = 10.0) -> None:
         self.world_size = world_size
         self.timeout = timeout
@@ -23,6 +26,7 @@ class ThreadGroup:
         self._slots: dict[tuple[int, int], Any] = {}  # (sequence, rank) -> object
 
     def comm(self, rank: int) -> "ThreadComm":
+        """A new communicator of this group for ``rank``."""
         return ThreadComm(self, rank)
 
     def run(self, fn: Callable[["ThreadComm"], Any]) -> list[Any]:
@@ -59,6 +63,8 @@ class ThreadGroup:
 
 
 class ThreadComm(Communicator):
+    """One worker's communicator in a ThreadGroup (from ``ThreadGroup.comm``)."""
+
     def __init__(self, group: ThreadGroup, rank: int) -> None:
         self.group = group
         self.rank = rank
@@ -71,6 +77,8 @@ class ThreadComm(Communicator):
         return self._seq
 
     def gather(self, obj: Any, root: int = 0) -> list | None:
+        """Every rank's obj, in rank order, on ``root`` (None elsewhere); WorkerTimeoutError
+        names the ranks that did not answer within the group's timeout."""
         seq = self._next()
         self.group._put(seq, self.rank, obj)
         if self.rank != root:
@@ -78,6 +86,7 @@ class ThreadComm(Communicator):
         return self.group._take(seq, list(range(self.world_size)), self.rank, "gather")
 
     def broadcast(self, obj: Any, root: int = 0) -> Any:
+        """``root``'s obj on every rank; WorkerTimeoutError when root does not send in time."""
         seq = self._next()
         if self.rank == root:
             self.group._put(seq, root, obj)
@@ -85,6 +94,7 @@ class ThreadComm(Communicator):
         return self.group._take(seq, [root], self.rank, "broadcast")[0]
 
     def barrier(self) -> None:
+        """Returns once every rank has reached it; else WorkerTimeoutError naming the missing."""
         seq = self._next()
         self.group._put(seq, self.rank, None)
         self.group._take(seq, list(range(self.world_size)), self.rank, "barrier")

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._dtypes import describe_dtypes, same_dtype
+from .._dtypes import describe_dtypes, same_dtype
 
 __all__ = ["ShardedArray"]
 
@@ -34,13 +34,17 @@ class ShardedArray:
 
     @property
     def dtype(self) -> np.dtype:
+        """The dtype of the local block (and of the global array)."""
         return self.local.dtype
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The global shape (not the local block's)."""
         return self.global_shape
 
     def check_against(self, shape: tuple[int, ...], dtype: np.dtype, key: str) -> list[str]:
+        """Problems loading the stored tensor ``key`` (``shape``, ``dtype``) into this block:
+        a different global shape or dtype, or a read-only block; empty when none."""
         if shape != self.global_shape or not same_dtype(dtype, self.local.dtype):
             stored, target = describe_dtypes(dtype, self.local.dtype)
             return [f"{key!r}: checkpoint has shape {shape} dtype {stored}, "

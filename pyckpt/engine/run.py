@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from ..errors import CorruptCheckpointError
 from ..storage import Store
-from .index import INDEX_NAME
+from ..format import INDEX_NAME
 
 STATE_NAME = "pyckpt-manager.json"
 STATE_VERSION = 1
@@ -58,6 +58,7 @@ class Entry:
     metrics: dict | None = None   # as given to save(metrics=...)
 
     def to_json(self) -> dict:
+        """The entry as the state file stores it (``metrics`` only when set)."""
         d: dict[str, Any] = {"name": self.name, "step": self.step, "time": self.time}
         if self.metrics is not None:
             d["metrics"] = self.metrics
@@ -88,6 +89,10 @@ def check_step_name(name: Any, checkpoint_name: str, where: str = "name") -> str
 
 @dataclasses.dataclass
 class ManagerState:
+    """The contents of the state file: the checkpoints under retention (``active``,
+    oldest first), those kept forever (``preserved``), names whose deletion is under
+    way (``deleting``) and when a checkpoint was last preserved."""
+
     checkpoint_name: str
     active: list[Entry] = dataclasses.field(default_factory=list)      # retention applies
     preserved: list[Entry] = dataclasses.field(default_factory=list)   # kept forever
@@ -105,6 +110,7 @@ class ManagerState:
         return None
 
     def to_json(self) -> dict:
+        """The state file document (format ``pyckpt-manager``, version ``STATE_VERSION``)."""
         return {
             "format": "pyckpt-manager",
             "version": STATE_VERSION,
@@ -164,6 +170,7 @@ def read_state(store: Store, directory: str) -> ManagerState | None:
 
 
 def write_state(store: Store, directory: str, state: ManagerState) -> None:
+    """Replaces the state file of ``directory`` with ``state``, atomically."""
     body = json.dumps(state.to_json(), indent=1, allow_nan=False).encode("utf-8")
     store.write_atomic(store.join(directory, STATE_NAME), body)
 
@@ -216,11 +223,16 @@ def latest(store: Store, directory: str) -> str | None:
     return None if found is None else store.join(directory, found)
 
 
+def step_of(name: str) -> int | None:
+    """N for a name ``<prefix>-<N>`` of any prefix (``ls``, latest of any prefix)."""
+    head, sep, _ = name.rpartition("-")
+    return parse_step(name, head) if sep and head else None
+
+
 def _latest_any_prefix(store: Store, directory: str) -> str | None:
     best: tuple[int, float, str] | None = None
     for entry in store.listdir(directory):
-        head, sep, tail = entry.rpartition("-")
-        step = parse_step(entry, head) if sep and head else None
+        step = step_of(entry)
         index = store.join(directory, entry, INDEX_NAME)
         if step is None or not store.exists(index):
             continue

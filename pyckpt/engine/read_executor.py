@@ -1,0 +1,244 @@
+"""Executing read plans: the one place where stored tensor bytes are read and
+their checksums verified (every chunk, in the C++ core, ``_core.read_shards``).
+
+A ``ReadPlan`` names, per item, a byte range of a shard file and the masked
+CRC-32C of each chunk of it. ``execute`` asks the store once for its fast
+path and runs the plan one of three ways:
+
+- the store has native paths for the files (``Store.native_path``, a local
+  disk): the C++ core reads the files itself, in parallel;
+- the caller passes buffers of the files (memory maps): the core verifies the
+  items in memory and copies them out;
+- otherwise the plan becomes ``ByteRange`` requests: each item is split at
+  chunk-aligned points into pieces of at most the store's ``request_max``
+  bytes, and pieces of one file closer than ``gap`` merged into one request.
+  Requests go to ``Store.fetch`` in batches of ``batch_bytes`` (the next batch
+  is fetched while the current one is verified), and the core verifies every
+  chunk of a batch before it copies the bytes into the destinations.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import mmap
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .. import progress
+from .._native import core as _core
+from ..errors import CorruptCheckpointError
+from ..storage import ByteRange, Store
+from ..storage.local import map_file
+from .options import IOOptions
+
+__all__ = ["ReadPlan", "execute", "map_files", "read_window", "verify"]
+
+
+class ReadPlan:
+    """Items to read: ``keys[i]`` (for messages) is bytes [offset[i], offset[i] +
+    nbytes[i]) of file ``file[i]``, whose chunk CRCs are
+    ``crcs[crc_begin[i]:crc_begin[i + 1]]``."""
+
+    __slots__ = ("keys", "file", "offset", "nbytes", "crcs", "crc_begin")
+
+    def __init__(self, keys: list[str], file: np.ndarray, offset: np.ndarray, nbytes: np.ndarray,
+                 crcs: np.ndarray, crc_begin: np.ndarray) -> None:
+        self.keys = keys
+        self.file = file
+        self.offset = offset
+        self.nbytes = nbytes
+        self.crcs = crcs
+        self.crc_begin = crc_begin
+
+
+def verify(names: Sequence[str], buffers: Sequence[Any], bases: Sequence[int], keys: Sequence[str],
+           sources: Any, offsets: Any, nbytes: Any, crcs: Any, crc_begin: Any,
+           dsts: Sequence[Any], chunk_size: int, options: IOOptions) -> None:
+    """The C++ reader: item i is bytes [offsets[i], offsets[i] + nbytes[i]) of source
+    ``sources[i]`` (the file ``names[s]``, or ``buffers[s]`` holding that file's bytes
+    from ``bases[s]`` on); every chunk is checked against its CRC, then copied into
+    ``dsts[i]`` (None: check only). Raises CorruptCheckpointError naming the key, the
+    file and the byte range of the first mismatch."""
+    _core.read_shards(names=list(names), buffers=list(buffers), bases=list(bases), keys=list(keys),
+                      sources=sources, offsets=offsets, nbytes=nbytes, crcs=crcs,
+                      crc_begin=crc_begin, dsts=list(dsts),
+                      options=_core.ReadOptions(chunk_size=chunk_size, threads=options.threads,
+                                                piece_size=options.piece_size,
+                                                progress=progress.counter()))
+
+
+def _natives(store: Store, paths: Sequence[str]) -> list[str] | None:
+    """The native paths of every file, or None unless the store has all of them."""
+    out = []
+    for p in paths:
+        n = store.native_path(p)
+        if n is None:
+            return None
+        out.append(n)
+    return out
+
+
+def execute(store: Store, paths: Mapping[int, str], plan: ReadPlan, dsts: Sequence[Any],
+            chunk_size: int, options: IOOptions,
+            buffers: Mapping[int, Any] | None = None) -> None:
+    """Reads and verifies ``plan`` into ``dsts`` (None: verify only). ``paths``: the
+    store path of every file the plan reads (by file number); ``buffers``: the
+    whole bytes of those files, when the caller has them (memory maps)."""
+    if len(plan.keys) == 0:
+        return
+    files = sorted(paths)
+    names = _natives(store, [paths[f] for f in files])
+    if names is None and buffers is None:
+        _fetch_and_verify(store, paths, plan, dsts, chunk_size, options)
+        return
+    if names is None:
+        names = [store.url(paths[f]) for f in files]
+    used = np.asarray(files, dtype=np.int64)
+    source = np.searchsorted(used, plan.file).astype(np.uint32) if len(used) else \
+        np.zeros(len(plan.keys), dtype=np.uint32)
+    bufs = [None if buffers is None else buffers[f] for f in files]
+    verify(names, bufs, [0] * len(files), plan.keys, source, plan.offset, plan.nbytes, plan.crcs,
+           plan.crc_begin, dsts, chunk_size, options)
+
+
+def map_files(store: Store, root: str, paths: Mapping[int, str]) -> dict[int, mmap.mmap] | None:
+    """Read-only memory maps of the (non-empty) files of the checkpoint ``root``, or
+    None when the store has no native paths there (then there is nothing to map)."""
+    files = sorted(paths)
+    names = _natives(store, [root] + [paths[f] for f in files])
+    if names is None:
+        return None
+    names = names[1:]
+    return {f: map_file(n) for f, n in zip(files, names)}
+
+
+def read_window(store: Store, path: str, begin: int, end: int, plan: ReadPlan,
+                chunk_size: int, options: IOOptions) -> Any:
+    """Bytes [begin, end) of one file, after verifying the plan's items (which lie
+    inside the window) against their CRCs: a verified streaming copy."""
+    data = _checked(store, store.fetch([ByteRange(path, begin, end)]), [(path, begin, end)])[0]
+    if len(plan.keys):
+        verify([store.url(path)], [data], [begin], plan.keys,
+               np.zeros(len(plan.keys), np.uint32), plan.offset, plan.nbytes, plan.crcs,
+               plan.crc_begin, [None] * len(plan.keys), chunk_size, options)
+    return data
+
+
+def _checked(store: Store, bufs: Sequence[Any], ranges: Sequence[tuple[str, int, int]]) -> list:
+    out = list(bufs)
+    if len(out) != len(ranges):
+        raise CorruptCheckpointError(f"the store returned {len(out)} buffers for "
+                                     f"{len(ranges)} ranged reads")
+    for data, (path, start, end) in zip(out, ranges):
+        n = memoryview(data).nbytes
+        if n != end - start:
+            raise CorruptCheckpointError(f"'{store.url(path)}' returned {n} bytes for bytes "
+                                         f"[{start}, {end}) (truncated object?)")
+    return out
+
+
+# -- ranged reads ------------------------------------------------------------------------
+
+class _Piece:
+    __slots__ = ("file", "start", "end", "key", "c0", "c1", "dst")
+
+    def __init__(self, file: int, start: int, end: int, key: str, c0: int, c1: int,
+                 dst: np.ndarray | None) -> None:
+        self.file, self.start, self.end, self.key = file, start, end, key
+        self.c0, self.c1, self.dst = c0, c1, dst
+
+
+def _pieces(plan: ReadPlan, dsts: Sequence[Any], chunk: int, piece_max: int,
+            post: list) -> list[_Piece]:
+    out = []
+    crc_begin = plan.crc_begin.tolist()
+    files, offsets, sizes = plan.file.tolist(), plan.offset.tolist(), plan.nbytes.tolist()
+    for i, key in enumerate(plan.keys):
+        n = sizes[i]
+        if n == 0:
+            continue
+        dst, flat = dsts[i], None
+        if dst is not None:
+            target = dst
+            if not dst.flags.c_contiguous:
+                target = np.empty(dst.shape, dtype=dst.dtype)
+                post.append((dst, target))
+            flat = target.reshape(-1).view(np.uint8)
+        for a in range(0, n, piece_max):
+            b = min(n, a + piece_max)
+            out.append(_Piece(files[i], offsets[i] + a, offsets[i] + b, key,
+                              crc_begin[i] + a // chunk, crc_begin[i] + -(-b // chunk),
+                              None if flat is None else flat[a:b]))
+    return out
+
+
+def _requests(pieces: list[_Piece], gap: int, request_max: int) -> list[tuple[int, int, int, list]]:
+    pieces.sort(key=lambda p: (p.file, p.start))
+    reqs: list[tuple[int, int, int, list]] = []
+    for p in pieces:
+        if reqs:
+            f, s, e, members = reqs[-1]
+            if f == p.file and p.start - e <= gap and p.end - s <= request_max:
+                members.append(p)
+                reqs[-1] = (f, s, max(e, p.end), members)
+                continue
+        reqs.append((p.file, p.start, p.end, [p]))
+    return reqs
+
+
+def _batches(reqs: list, limit: int) -> list[list]:
+    out: list[list] = []
+    size = 0
+    for r in reqs:
+        if not out or size + (r[2] - r[1]) > limit:
+            out.append([])
+            size = 0
+        out[-1].append(r)
+        size += r[2] - r[1]
+    return out
+
+
+def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
+                      dsts: Sequence[Any], chunk: int, options: IOOptions) -> None:
+    policy = store.fetch_policy()
+    request_max = min(policy.request_max, policy.batch_bytes // max(1, policy.concurrency))
+    piece_max = max(chunk, request_max // chunk * chunk)
+    post: list = []
+    pieces = _pieces(plan, dsts, chunk, piece_max, post)
+    reqs = _requests(pieces, policy.gap, max(request_max, piece_max))
+    batches = _batches(reqs, policy.batch_bytes)
+
+    def fetch(batch: list) -> list:
+        ranges = [(paths[f], s, e) for f, s, e, _ in batch]
+        return _checked(store, store.fetch([ByteRange(*r) for r in ranges]), ranges)
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyckpt-prefetch") as pool:
+        pending = pool.submit(fetch, batches[0]) if batches else None
+        for k, batch in enumerate(batches):
+            assert pending is not None
+            bufs = pending.result()
+            pending = pool.submit(fetch, batches[k + 1]) if k + 1 < len(batches) else None
+            _verify_batch(store, paths, plan, batch, bufs, chunk, options)
+    for dst, tmp in post:
+        np.copyto(dst, tmp)
+
+
+def _verify_batch(store: Store, paths: Mapping[int, str], plan: ReadPlan, batch: list,
+                  bufs: list, chunk: int, options: IOOptions) -> None:
+    keys, sources, offsets, nbytes, dsts, crc_parts = [], [], [], [], [], []
+    for r, (_, _, _, members) in enumerate(batch):
+        for p in members:
+            keys.append(p.key)
+            sources.append(r)
+            offsets.append(p.start)
+            nbytes.append(p.end - p.start)
+            dsts.append(p.dst)
+            crc_parts.append(plan.crcs[p.c0:p.c1])
+    lens = [len(c) for c in crc_parts]
+    crc_begin = np.zeros(len(keys) + 1, dtype=np.uint64)
+    np.cumsum(lens, out=crc_begin[1:])
+    crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
+    verify([store.url(paths[f]) for f, _, _, _ in batch], bufs, [s for _, s, _, _ in batch], keys,
+           np.asarray(sources, dtype=np.uint32), np.asarray(offsets, dtype=np.uint64),
+           np.asarray(nbytes, dtype=np.uint64), crcs, crc_begin, dsts, chunk, options)

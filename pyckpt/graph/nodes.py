@@ -1,0 +1,59 @@
+"""What takes part in the object graph, without the graph itself: values
+(arrays, Variables, adapter targets), the MISSING marker and the node test.
+trackable.py and object_graph.py both build on it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..registry import node_proxy, target_view
+from ..variables import Variable
+
+__all__ = ["MISSING", "value_target", "value_array", "is_value", "is_node"]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def _adapt(obj: Any) -> Any:
+    """The graph node standing for a foreign object (pyckpt.registry), or None."""
+    return node_proxy(obj)
+
+
+def value_target(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
+    """(array, finish) a value node saves from and restores into: ``finish`` (or None)
+    must run after the array was filled (e.g. to copy it back to a GPU tensor)."""
+    if isinstance(obj, Variable):
+        return obj._value, None
+    if isinstance(obj, np.ndarray):
+        return obj, None
+    return target_view(obj)
+
+
+def value_array(obj: Any) -> np.ndarray | None:
+    """The array a value node saves from and restores into, or None."""
+    t = value_target(obj)
+    return None if t is None else t[0]
+
+
+def is_value(obj: Any) -> bool:
+    """Whether obj is a value node: one with an array to save from and restore into
+    (an ndarray, a Variable, an adapter's target)."""
+    return value_array(obj) is not None
+
+
+def is_node(obj: Any) -> bool:
+    """Whether obj takes part in the object graph (as a value or an object): a value,
+    a container, anything with the graph protocol (``Trackable`` and adapter
+    proxies: ``_pyckpt_children``), or a foreign object an adapter stands for."""
+    if isinstance(obj, (Variable, np.ndarray, list, tuple, dict)) or \
+            hasattr(type(obj), "_pyckpt_children"):
+        return True
+    return is_value(obj) or _adapt(obj) is not None

@@ -1,0 +1,83 @@
+"""The one registry of foreign value types (docs/API.md, "Adapters").
+
+torch and JAX support (``pyckpt/adapters/``) and any user type plug in here,
+with up to three hooks, each returning None for objects that are not theirs:
+
+- ``leaf(obj) -> np.ndarray``: the host array to save for a leaf of a tree or a
+  value of the object graph (a zero-copy view where possible);
+- ``target(obj) -> np.ndarray | (np.ndarray, finish)``: a writable array that
+  fills the object in place when loaded into; ``finish()`` (or None) runs once
+  it is filled, e.g. to copy a host buffer back to device memory;
+- ``node(obj) -> proxy``: an object-graph node standing for obj (its named
+  children and how to restore it), like a ``Trackable``.
+
+Example::
+
+    pyckpt.registry.register_adapter("mytensor", leaf=lambda o: o.numpy()
+                                     if isinstance(o, MyTensor) else None)
+
+Hooks are asked in registration order; a name registered again replaces its hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, TypeAlias
+
+import numpy as np
+
+__all__ = ["Adapter", "register_adapter", "leaf_array", "target_view", "node_proxy"]
+
+#: What a ``target`` hook returns.
+View: TypeAlias = "np.ndarray | tuple[np.ndarray, Callable[[], None] | None]"
+
+
+class Adapter(NamedTuple):
+    """The hooks registered under one name (module doc); None for a hook not given."""
+
+    name: str
+    leaf: Callable[[Any], "np.ndarray | None"] | None = None
+    target: Callable[[Any], "View | None"] | None = None
+    node: Callable[[Any], Any] | None = None
+
+
+_ADAPTERS: list[Adapter] = []
+
+
+def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | None"] | None = None,
+                     target: Callable[[Any], "View | None"] | None = None,
+                     node: Callable[[Any], Any] | None = None) -> None:
+    """Registers (or replaces) the hooks of one foreign type family."""
+    _ADAPTERS[:] = [a for a in _ADAPTERS if a.name != name]
+    _ADAPTERS.append(Adapter(name, leaf, target, node))
+
+
+def leaf_array(obj: Any) -> np.ndarray | None:
+    """The host array of obj from the first ``leaf`` hook that takes it, else None."""
+    for a in _ADAPTERS:
+        if a.leaf is not None:
+            arr = a.leaf(obj)
+            if arr is not None:
+                return arr
+    return None
+
+
+def target_view(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
+    """``(array, finish)`` from the first ``target`` hook that takes obj (``finish``
+    None when the hook gave a bare array), else None."""
+    for a in _ADAPTERS:
+        if a.target is not None:
+            out = a.target(obj)
+            if out is not None:
+                return out if isinstance(out, tuple) else (out, None)
+    return None
+
+
+def node_proxy(obj: Any) -> Any:
+    """The graph node standing for obj from the first ``node`` hook that takes it, else
+    None."""
+    for a in _ADAPTERS:
+        if a.node is not None:
+            proxy = a.node(obj)
+            if proxy is not None:
+                return proxy
+    return None

@@ -1,1 +1,0 @@
-"""Geometry of sharded arrays: boxes, partitions, overlap queries."""
