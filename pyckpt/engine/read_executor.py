@@ -68,15 +68,6 @@ def verify(names: Sequence[str], buffers: Sequence[Any], bases: Sequence[int], k
                                                 progress=progress.counter()))
 
 
-def _natives(store: Store, paths: Sequence[str]) -> list[str] | None:
-    """The native paths of every file, or None unless the store has all of them."""
-    out = []
-    for p in paths:
-        n = store.native_path(p)
-        if n is None:
-            return None
-        out.append(n)
-    return out
 
 
 def execute(store: Store, paths: Mapping[int, str], plan: ReadPlan, dsts: Sequence[Any],
@@ -88,7 +79,7 @@ def execute(store: Store, paths: Mapping[int, str], plan: ReadPlan, dsts: Sequen
     if len(plan.keys) == 0:
         return
     files = sorted(paths)
-    names = _natives(store, [paths[f] for f in files])
+    names = store.native_paths([paths[f] for f in files])
     if names is None and buffers is None:
         _fetch_and_verify(store, paths, plan, dsts, chunk_size, options)
         return
@@ -106,7 +97,7 @@ def map_files(store: Store, root: str, paths: Mapping[int, str]) -> dict[int, mm
     """Read-only memory maps of the (non-empty) files of the checkpoint ``root``, or
     None when the store has no native paths there (then there is nothing to map)."""
     files = sorted(paths)
-    names = _natives(store, [root] + [paths[f] for f in files])
+    names = store.native_paths([root] + [paths[f] for f in files])
     if names is None:
         return None
     names = names[1:]

@@ -13,17 +13,20 @@ the size of the rows read.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..sharded import ShardedArray
 
+if TYPE_CHECKING:  # for signatures only (reader.py imports this module)
+    from .reader import OpenCheckpoint
+
 
 class BlockIndex:
     """The stored blocks of one tensor, queryable by box."""
 
-    def __init__(self, ck: Any, i: int) -> None:
+    def __init__(self, ck: "OpenCheckpoint", i: int) -> None:
         m = ck.manifest
         b = m.blocks
         self.shape = m.shapes[i]
@@ -72,7 +75,7 @@ class _Job:
         self.dst, self.buf, self.take, self.out = dst, buf, take, out
 
 
-def _jobs_for(ck: Any, idx: BlockIndex, t_lo: tuple, t_shape: tuple,
+def _jobs_for(ck: "OpenCheckpoint", idx: BlockIndex, t_lo: tuple, t_shape: tuple,
               target: np.ndarray) -> list[_Job]:
     """Reads that fill target (the box [t_lo, t_lo+t_shape) of the tensor)."""
     m = ck.manifest
@@ -106,7 +109,7 @@ def _jobs_for(ck: Any, idx: BlockIndex, t_lo: tuple, t_shape: tuple,
     return jobs
 
 
-def _run(ck: Any, jobs: list[_Job]) -> None:
+def _run(ck: "OpenCheckpoint", jobs: list[_Job]) -> None:
     if not jobs:
         return
     plan = ck.plan_ranges([j.key for j in jobs], np.array([j.block for j in jobs]),
@@ -119,7 +122,7 @@ def _run(ck: Any, jobs: list[_Job]) -> None:
             np.copyto(j.out, src)
 
 
-def read_whole(ck: Any, indices: Sequence[int]) -> list[np.ndarray]:
+def read_whole(ck: "OpenCheckpoint", indices: Sequence[int]) -> list[np.ndarray]:
     """Whole arrays assembled from their blocks (one process loading everything)."""
     m = ck.manifest
     out, jobs = [], []
@@ -132,7 +135,7 @@ def read_whole(ck: Any, indices: Sequence[int]) -> list[np.ndarray]:
     return out
 
 
-def read_into_targets(ck: Any, targets: Sequence[tuple[int, Any]]) -> None:
+def read_into_targets(ck: "OpenCheckpoint", targets: Sequence[tuple[int, Any]]) -> None:
     """Fills ShardedArray blocks (any layout) or whole arrays from stored tensors."""
     jobs = []
     for i, target in targets:
@@ -144,7 +147,7 @@ def read_into_targets(ck: Any, targets: Sequence[tuple[int, Any]]) -> None:
     _run(ck, jobs)
 
 
-def verify_sharded(ck: Any, indices: Sequence[int]) -> None:
+def verify_sharded(ck: "OpenCheckpoint", indices: Sequence[int]) -> None:
     """Reads and verifies every block of the sharded tensors ``indices``."""
     m = ck.manifest
     b = m.blocks

@@ -77,14 +77,6 @@ def write_options(options: IOOptions) -> _core.WriteOptions:
                               progress=progress.counter())
 
 
-def _natives(store: Store, paths: Sequence[str]) -> list[str] | None:
-    out = []
-    for p in paths:
-        n = store.native_path(p)
-        if n is None:
-            return None
-        out.append(n)
-    return out
 
 
 def leftovers(store: Store, path: str, attempt: str) -> LeftoverUploads:
@@ -104,7 +96,7 @@ def write_shards(store: Store, path: str, paths: list[str], sizes: Sequence[int]
     """Writes the shard files ``paths`` (in the checkpoint ``path``) of one worker and
     returns the masked CRC of every chunk of every array (in array order). Every file
     is durable and complete when it returns; on failure the caller deletes them."""
-    natives = _natives(store, paths)
+    natives = store.native_paths(paths)
     if natives is not None:
         crcs, _ = _core.write_shards(paths=natives, file_sizes=list(sizes), keys=keys,
                                      arrays=arrays, files=file_idx, offsets=offsets,
@@ -127,7 +119,7 @@ def start_staged(store: Store, paths: list[str], sizes: Sequence[int], keys: lis
                  staging: list[np.ndarray], live: list[np.ndarray], file_idx: Any,
                  offsets: Any, options: IOOptions) -> Any:
     """Starts a staged write (``_core.StagedWrite``) of the shard files ``paths``."""
-    natives = _natives(store, paths)
+    natives = store.native_paths(paths)
     if natives is None:
         raise ValueError("staged saves write local files")
     return _core.start_staged_write(paths=natives, file_sizes=list(sizes), keys=keys,

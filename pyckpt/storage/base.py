@@ -110,6 +110,16 @@ class Store(abc.ABC):
         store's objects are reached through its methods only."""
         return path if self.local else None
 
+    def native_paths(self, paths: Sequence[str]) -> list[str] | None:
+        """``native_path`` of every path, or None unless the store has all of them."""
+        out = []
+        for p in paths:
+            n = self.native_path(p)
+            if n is None:
+                return None
+            out.append(n)
+        return out
+
     def fetch_policy(self) -> FetchPolicy:
         """How readers should batch their ``fetch`` calls on this store."""
         return FetchPolicy()
