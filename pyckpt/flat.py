@@ -22,7 +22,8 @@ __all__ = ["save", "load"]
 
 def save(tree: Any, path: Any, *, metadata: dict | None = None,
          storage_options: dict | None = None, comm: Communicator | None = None,
-         progress: Callable[[int, int], Any] | None = None) -> str:
+         progress: Callable[[int, int], Any] | None = None,
+         blocking: bool = True) -> str | saving.PendingSave:
     """Saves a nested dict/list/tuple of arrays as a committed checkpoint at ``path``.
 
     Keys are the ``/``-joined container path (``layers/0/w``). Returns the
@@ -30,8 +31,17 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     durable. Saving over an existing checkpoint replaces it atomically.
     ``progress(bytes_done, bytes_total)`` is called from a monitor thread while
     this worker writes.
+
+    With ``blocking=False`` it returns a ``PendingSave`` as soon as every value is
+    copied aside (the caller may change them at once; values changed afterwards
+    never reach this checkpoint): ``wait()`` returns the path or raises the save's
+    error, ``done()`` says whether it finished. Multi-worker saves stay blocking.
     """
     leaves, skeleton = flatten(tree)
+    if not blocking:
+        return saving.start([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
+                            storage_options=storage_options, comm=comm, progress=progress,
+                            tree=skeleton, metadata=metadata)
     saving.write([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
                  storage_options=storage_options, comm=comm, progress=progress, tree=skeleton,
                  metadata=metadata)

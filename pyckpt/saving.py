@@ -4,13 +4,15 @@
 ``write`` resolves the store and the communicator, reports progress, and picks
 single-process (engine/writer.py) or multi-worker (dist/save.py) saving.
 ``stage`` is the background variant: it copies the values aside and returns the
-work that writes them. ``numbered`` bumps a save counter and gives the number
-back if the save fails.
+work that writes them; ``start`` runs that work in a thread of its own and
+returns a ``PendingSave`` (``pyckpt.save(..., blocking=False)``). ``numbered``
+bumps a save counter and gives the number back if the save fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -19,12 +21,13 @@ from . import progress as _progress
 from ._native import core as _core
 from .dist.comm import Communicator, SingleComm, resolve_comm
 from .dist.save import distributed_save
+from .engine.write_executor import can_stage
 from .engine.writer import StagedSave, save_tensors
 from .sharded import ShardedArray
 from .storage import Store, resolve
 from .variables import Variable
 
-__all__ = ["Item", "write", "stage", "numbered"]
+__all__ = ["Item", "PendingSave", "write", "stage", "start", "numbered"]
 
 
 class Item:
@@ -61,19 +64,89 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
 
 
 def stage(store: Store, path: str, keys: list[str], live: list[np.ndarray],
-          staging: list[np.ndarray], *, graph: dict | None) -> Callable[[], Any]:
+          staging: list[np.ndarray], *, graph: dict | None, tree: Any = None,
+          metadata: dict | None = None) -> Callable[[], Any]:
     """Background saves: copies ``live`` into ``staging`` (arrays of the same shapes
     and dtypes, reused across saves) and returns, once the live values may change
     again, the work that writes and commits the checkpoint from the copies. Where the
     store can write local files, writing starts while the copy runs."""
     native = all(a.dtype.byteorder in "=<|" for a in live)
-    if native and store.native_path(path) is not None:  # the C++ core writes the files
-        staged = StagedSave(store, path, keys, live, staging, graph=graph, metadata=None)
+    if native and can_stage(store, path):  # the C++ core writes the files
+        staged = StagedSave(store, path, keys, live, staging, graph=graph, metadata=metadata,
+                            tree=tree)
         staged.stage()
         return staged.finish
     _core.copy_arrays(list(live), list(staging), 0)
-    return lambda: save_tensors(store, path, list(zip(keys, staging)), graph=graph,
-                                keys_checked=True)
+    return lambda: save_tensors(store, path, list(zip(keys, staging)), graph=graph, tree=tree,
+                                metadata=metadata, keys_checked=True)
+
+
+class PendingSave:
+    """A save running in the background (``pyckpt.save(..., blocking=False)``).
+
+    The values were copied aside before it was returned, so the caller may change
+    them at once. ``wait()`` blocks until the checkpoint is committed and returns
+    its path, or raises the save's error; ``done()`` says whether it finished."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._finished = threading.Event()
+        self._error: BaseException | None = None
+
+    def _run(self, work: Callable[[], Any]) -> None:
+        try:
+            work()
+        except BaseException as e:  # re-raised by wait()
+            self._error = e
+        finally:
+            self._finished.set()
+
+    def done(self) -> bool:
+        """Whether the save has finished (committed, or failed)."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Waits for the commit and returns the path; raises the save's error, or
+        TimeoutError when ``timeout`` seconds pass first."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"the save of {self.path} is still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self.path
+
+    def __repr__(self) -> str:
+        state = "running" if not self.done() else "failed" if self._error else "committed"
+        return f"<PendingSave {self.path!r}: {state}>"
+
+
+def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
+          comm: Communicator | None = None,
+          progress: Callable[[int, int], Any] | None = None, tree: Any = None,
+          graph: dict | None = None, metadata: dict | None = None) -> PendingSave:
+    """``write`` in the background: returns once every value is copied aside (one
+    extra host copy of the state, freed when the save ends). Multi-worker and
+    sharded saves run their collectives in the caller's thread, so they are saved
+    blocking and the handle comes back finished. ``progress`` is refused: its
+    monitor lives in the caller's context, which a background save outlives."""
+    if progress is not None:
+        raise ValueError("progress= cannot be combined with blocking=False (yet): poll "
+                         "the returned handle's done() instead")
+    shown = str(path.__fspath__()) if hasattr(path, "__fspath__") else str(path)
+    handle = PendingSave(shown)
+    comm = resolve_comm(comm)
+    if (comm is not None and comm.world_size > 1) or any(isinstance(it.obj, ShardedArray)
+                                                         for it in items):
+        handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
+                                  progress=progress, tree=tree, graph=graph, metadata=metadata))
+        return handle
+    store, p = resolve(path, storage_options)
+    live = [it.array for it in items]
+    staging = [np.empty_like(a, order="C") for a in live]
+    work = stage(store, p, [it.key for it in items], live, staging, graph=graph, tree=tree,
+                 metadata=metadata)
+    threading.Thread(target=handle._run, args=(work,), name="pyckpt-save",
+                     daemon=False).start()  # not a daemon: a pending save finishes at exit
+    return handle
 
 
 @contextlib.contextmanager

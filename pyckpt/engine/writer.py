@@ -255,10 +255,11 @@ class StagedSave:
 
     def __init__(self, store: Store, path: str, keys: list[str], live: list[np.ndarray],
                  staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
-                 options: IOOptions = DEFAULT) -> None:
+                 tree: Any = None, options: IOOptions = DEFAULT) -> None:
         if not write_executor.can_stage(store, path):
             raise ValueError("staged saves write local files")
         self.store, self.path, self.graph, self.options = store, path, graph, options
+        self.tree = tree
         self.metadata = check_metadata(metadata)
         self.tensors = prepare_tensors(list(zip(keys, staging)), keys_checked=True)
         _prepare_dir(store, path)
@@ -291,7 +292,7 @@ class StagedSave:
                     _discard(self.store, self.paths, e)
                     raise
             data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
-            return _finish(self.store, self.path, self.tensors, data, self.attempt, None,
+            return _finish(self.store, self.path, self.tensors, data, self.attempt, self.tree,
                            self.graph, self.metadata, self.options)
         finally:
             attempts.end(self.store, self.path, self.attempt)
