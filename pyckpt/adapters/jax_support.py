@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import flat as flat_api
 from ..registry import register_adapter
+from ..saving import PendingSave
 
 
 def _jax() -> Any:
@@ -51,9 +52,11 @@ def flatten(tree: Any) -> tuple[dict[str, Any], Any]:
 
 
 def save(tree: Any, path: Any, **kwargs: Any) -> str:
-    """Saves any pytree (custom nodes included) as a flat checkpoint of its paths."""
+    """Saves any pytree (custom nodes included) as a flat checkpoint of its paths; returns
+    the path once committed (a ``blocking=False`` save is waited for here)."""
     flat, _ = flatten(tree)
-    return flat_api.save(flat, path, **kwargs)
+    out = flat_api.save(flat, path, **kwargs)
+    return out.wait() if isinstance(out, PendingSave) else out
 
 
 def restore(path: Any, target: Any, **kwargs: Any) -> Any:
