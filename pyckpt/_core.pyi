@@ -67,6 +67,12 @@ class ReadOptions:
 class StagedWrite:
     """A write that overlaps copying live tensors into staging buffers."""
 
+    def mark_ready(self: StagedWrite, item: int) -> None:
+        """Externally staged writes: staging buffer `item` is filled; the writers may use it."""
+
+    def order(self: StagedWrite) -> list[int]:
+        """Item indices in the order the writers need them (external staging)."""
+
     def stage(self: StagedWrite, threads: int = 0) -> None:
         """Copies every live tensor into its staging buffer; returns when all are copied."""
 
@@ -152,8 +158,8 @@ def plan_layout(nbytes: object, num_files: int, alignment: int) -> tuple:
 def read_shards(*, names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, options: ReadOptions = ReadOptions()) -> None:
     """Reads and verifies tensors from files (buffer None) or memory buffers into dsts."""
 
-def start_staged_write(*, paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: list, files: object, offsets: object, options: WriteOptions = WriteOptions()) -> StagedWrite:
-    """Plans a write of `staging` and starts writing each tensor once stage() copied it."""
+def start_staged_write(*, paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: object, files: object, offsets: object, options: WriteOptions = WriteOptions()) -> StagedWrite:
+    """Plans a write of `staging` and starts writing each tensor once stage() copied it (live=None: once mark_ready(i) says buffer i is filled)."""
 
 def write_shards(*, paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], arrays: list, files: object, offsets: object, options: WriteOptions = WriteOptions()) -> tuple:
     """Writes arrays into new shard files; returns (masked chunk crcs, crc_begin)."""

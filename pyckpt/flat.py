@@ -1,5 +1,5 @@
 """Name-based (flat / pytree) checkpoints: ``pyckpt.save`` and ``pyckpt.load``
-(API.md section 5)."""
+(docs/API.md section 5)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from . import saving
 from .errors import CheckpointKeyError, CorruptCheckpointError
 from .format.source import CheckpointSource
 from .load_into import load_into
+from .registry import empty_on, target_view
 from .sources import open_source
 from .tree import flatten, nest_flat, rebuild_leaf, skeleton_leaves, unflatten, validate_key
 
@@ -107,13 +108,30 @@ def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
 
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
          mmap: bool = False, storage_options: dict | None = None, comm: Communicator | None = None,
-         progress: Callable[[int, int], Any] | None = None) -> Any:
+         progress: Callable[[int, int], Any] | None = None, strict: bool = False,
+         device: Any = None) -> Any:
     """Loads a checkpoint (see docs/API.md, "load", for every mode).
 
     ``path`` is anything ``open_source`` opens: a pyckpt checkpoint (a directory
     resolves to its latest), or a ``.safetensors`` file. ``progress(bytes_done,
     bytes_total)`` is called from a monitor thread while tensors are read
-    (``total`` counts the bytes of the selected tensors)."""
+    (``total`` counts the bytes of the selected tensors).
+
+    ``strict`` (with ``into``, as torch's ``load_state_dict(strict=)``): with
+    ``strict=True``, checkpoint keys (after ``select`` and ``key_map``) that
+    ``into`` lacks raise ``CheckpointKeyError`` before anything is read. The
+    default, False, keeps the rule that the layout of ``into`` decides what is
+    read (partial loads, resharding). Keys of ``into`` missing from the
+    checkpoint always raise.
+    ``device`` (without ``into``): arrays come back as tensors of the framework
+    that owns that device name (torch: ``"cuda:0"``, ``"cpu"``), read through
+    pinned bounce buffers straight into device memory."""
+    if mmap and into is not None:
+        raise ValueError("mmap=True cannot be combined with into=: mmap returns new read-only "
+                         "arrays backed by the file, into= fills existing arrays")
+    if device is not None and (into is not None or mmap):
+        raise ValueError("device= places new arrays: it cannot be combined with into= (whose "
+                         "arrays stay where they are) or mmap=True")
     src = open_source(path, storage_options)
     keys = list(src.keys)
     if select is not None:
@@ -122,22 +140,76 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
     total = src.nbytes([src.index[k] for k in mapping]) if progress is not None else 0
     with _progress.reporting(progress, total):
         if into is not None:
-            return load_into(src, into, mapping)
-        return _load_new(src, select, key_map, mapping, mmap)
+            return load_into(src, into, mapping, strict=strict)
+        return _load_new(src, select, key_map, mapping, mmap, device)
+
+
+def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[str], dict], list]:
+    """reads(keys, kinds) -> values: new host arrays, or (``device``) tensors on that
+    device for array leaves (scalar leaves are read to the host)."""
+    def reads(keys: list[str], kinds: dict) -> list:
+        idx = [src.index_of(k) for k in keys]
+        if device is None:
+            return src.read_new(idx, mmap)
+        out: list = [None] * len(keys)
+        scalar = [p for p, k in enumerate(keys) if kinds.get(k, "ndarray") != "ndarray"]
+        for p, v in zip(scalar, src.read_new([idx[p] for p in scalar])):
+            out[p] = v
+        arrays = [p for p, k in enumerate(keys) if kinds.get(k, "ndarray") == "ndarray"]
+        dsts, after = [], []
+        for p in arrays:
+            out[p] = empty_on(device, src.shape(idx[p]), src.dtype(idx[p]))
+            view = target_view(out[p])
+            if view is None:
+                raise TypeError(f"cannot fill the {type(out[p]).__name__} made for device="
+                                f"{device!r}: no adapter takes it as a target")
+            dsts.append(view[0])
+            after.append(view[1])
+        src.fill([idx[p] for p in arrays], dsts)
+        for fn in after:
+            if fn is not None:
+                fn()
+        return out
+    return reads
+
+
+def _prune(skeleton: Any, wanted: set[str]) -> Any:
+    """The skeleton with only the leaves in ``wanted``: dict entries without any are
+    dropped; lists and tuples keep their length and container type, with None
+    where an element was not selected; None when nothing below is wanted."""
+    if isinstance(skeleton, str):
+        return skeleton if skeleton in wanted else None
+    if not isinstance(skeleton, dict):
+        return None
+    if "s" in skeleton:
+        return skeleton if skeleton["s"] in wanted else None
+    if "d" in skeleton:
+        kept = [[k, c] for k, c in ((k, _prune(v, wanted)) for k, v in skeleton["d"]) if c is not None]
+        return {"d": kept} if kept else None
+    for tag in ("l", "u"):
+        if tag in skeleton:
+            kids = [_prune(v, wanted) for v in skeleton[tag]]
+            if all(c is None for c in kids):
+                return None
+            return {tag: [c if c is not None else {"v": None} for c in kids]}
+    return None
 
 
 def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[str, str],
-              mmap: bool) -> Any:
+              mmap: bool, device: Any = None) -> Any:
     tree = src.tree
     kinds = skeleton_leaves(tree) if tree is not None else {}
-    if select is None and key_map is None and tree is not None:
-        keys = list(kinds)
-        values = dict(zip(keys, src.read_new([src.index_of(k) for k in keys], mmap)))
+    reads = _reader(src, mmap, device)
+    if key_map is None and tree is not None:
+        skeleton = tree if select is None else _prune(tree, set(mapping))
+        keys = [k for k in skeleton_leaves(skeleton)] if skeleton is not None else []
+        values = dict(zip(keys, reads(keys, kinds)))
         try:
-            return unflatten(tree, values)
+            return unflatten(skeleton, values) if skeleton is not None else {}
         except (KeyError, ValueError, TypeError) as e:
             raise CorruptCheckpointError(f"checkpoint {src.url}: malformed tree: {e}") from None
     keys = list(mapping)
-    arrays = src.read_new([src.index[k] for k in keys], mmap)
-    flat = {mapping[k]: rebuild_leaf(kinds.get(k, "ndarray"), v) for k, v in zip(keys, arrays)}
+    arrays = reads(keys, kinds)
+    flat = {mapping[k]: v if kinds.get(k, "ndarray") == "ndarray" else rebuild_leaf(kinds[k], v)
+            for k, v in zip(keys, arrays)}
     return nest_flat(flat)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
+from .device.array import DeviceArray
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, rebuild_leaf
@@ -26,7 +27,8 @@ class Target:
 
     __slots__ = ("key", "array", "setter", "kind", "sharded", "after")
 
-    def __init__(self, key: str, array: np.ndarray | None, setter: Callable | None, kind: str,
+    def __init__(self, key: str, array: np.ndarray | DeviceArray | None,
+                 setter: Callable | None, kind: str,
                  sharded: Any = None, after: Callable[[], None] | None = None) -> None:
         self.key = key
         self.array = array      # filled in place, or None
@@ -36,7 +38,7 @@ class Target:
         self.after = after      # run once array is filled (e.g. copy back to a GPU tensor)
 
 
-def _writable_view(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
+def _writable_view(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None:
     if isinstance(obj, np.ndarray):
         return obj, None
     if isinstance(obj, Variable):
@@ -86,9 +88,12 @@ def collect_targets(into: Any) -> list[Target]:
     return out
 
 
-def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str]) -> Any:
+def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
+              strict: bool = False) -> Any:
     """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
-    target key). Every problem is reported, all at once, before any byte is read."""
+    target key). Every problem is reported, all at once, before any byte is read;
+    with ``strict``, checkpoint keys of ``mapping`` that ``into`` lacks are one.
+    Targets in device memory (DeviceArrays) are filled on their device."""
     targets = collect_targets(into)
     source = {t: k for k, t in mapping.items()}
     missing = [t.key for t in targets if t.key not in source]
@@ -96,6 +101,15 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str]) -> Any:
         raise CheckpointKeyError(
             f"{len(missing)} key(s) of `into` are not in checkpoint {src.url}: "
             + ", ".join(map(repr, missing)))
+    if strict:
+        have = {t.key for t in targets}
+        unused = [k for k, t in mapping.items() if t not in have]
+        if unused:
+            raise CheckpointKeyError(
+                f"{len(unused)} key(s) of checkpoint {src.url} have no place in `into` "
+                f"(strict=True): {', '.join(map(repr, unused[:20]))}"
+                + (f" and {len(unused) - 20} more" if len(unused) > 20 else "")
+                + "; pass strict=False to load only what `into` holds, or select= them")
     problems = []
     idx, dsts, fresh = [], [], []
     swap: list[np.ndarray] = []  # targets in the other byte order, swapped once filled
@@ -123,6 +137,10 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str]) -> Any:
             problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {ours}, "
                             f"target has shape {tuple(t.array.shape)} dtype {theirs}")
             continue
+        if isinstance(t.array, DeviceArray):  # filled on its device, in native order
+            idx.append(i)
+            dsts.append(t.array)
+            continue
         if not t.array.flags.writeable:
             problems.append(f"{t.key!r}: target array is read-only")
             continue
@@ -134,7 +152,7 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str]) -> Any:
     if problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
     scalars = src.read_new([i for _, i in fresh])
-    src.read(idx, dsts)
+    src.fill(idx, dsts)
     finish_byte_order(swap)
     for (t, _), value in zip(fresh, scalars):
         assert t.setter is not None  # a target without an array is a leaf with a setter

@@ -3,13 +3,19 @@
 torch and JAX support (``pyckpt/adapters/``) and any user type plug in here,
 with up to three hooks, each returning None for objects that are not theirs:
 
-- ``leaf(obj) -> np.ndarray``: the host array to save for a leaf of a tree or a
-  value of the object graph (a zero-copy view where possible);
-- ``target(obj) -> np.ndarray | (np.ndarray, finish)``: a writable array that
-  fills the object in place when loaded into; ``finish()`` (or None) runs once
-  it is filled, e.g. to copy a host buffer back to device memory;
+- ``leaf(obj) -> np.ndarray | DeviceArray``: the host array to save for a leaf
+  of a tree or a value of the object graph (a zero-copy view where possible),
+  or a ``pyckpt.device.DeviceArray`` for a value in device memory (its bytes are
+  then moved in bulk by its copy engine);
+- ``target(obj) -> np.ndarray | (np.ndarray, finish) | DeviceArray``: a writable
+  array that fills the object in place when loaded into; ``finish()`` (or None)
+  runs once it is filled, e.g. to copy a host buffer back to device memory; a
+  DeviceArray is filled on its device;
 - ``node(obj) -> proxy``: an object-graph node standing for obj (its named
-  children and how to restore it), like a ``Trackable``.
+  children and how to restore it), like a ``Trackable``;
+- ``empty(device, shape, dtype) -> obj``: a new, uninitialised array of the
+  framework on ``device`` (a string such as ``"cuda:0"``), or None when the
+  device name is not the framework's (``load(path, device=...)``).
 
 Example::
 
@@ -21,37 +27,43 @@ Hooks are asked in registration order; a name registered again replaces its hook
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeAlias
 
 import numpy as np
 
-__all__ = ["Adapter", "register_adapter", "leaf_array", "target_view", "node_proxy"]
+if TYPE_CHECKING:  # for signatures only
+    from .device.array import DeviceArray
+
+__all__ = ["Adapter", "register_adapter", "leaf_array", "target_view", "node_proxy",
+           "empty_on"]
 
 #: What a ``target`` hook returns.
-View: TypeAlias = "np.ndarray | tuple[np.ndarray, Callable[[], None] | None]"
+View: TypeAlias = "np.ndarray | DeviceArray | tuple[np.ndarray, Callable[[], None] | None]"
 
 
 class Adapter(NamedTuple):
     """The hooks registered under one name (module doc); None for a hook not given."""
 
     name: str
-    leaf: Callable[[Any], "np.ndarray | None"] | None = None
+    leaf: Callable[[Any], "np.ndarray | DeviceArray | None"] | None = None
     target: Callable[[Any], "View | None"] | None = None
     node: Callable[[Any], Any] | None = None
+    empty: Callable[[Any, tuple, np.dtype], Any] | None = None
 
 
 _ADAPTERS: list[Adapter] = []
 
 
-def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | None"] | None = None,
+def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | DeviceArray | None"] | None = None,
                      target: Callable[[Any], "View | None"] | None = None,
-                     node: Callable[[Any], Any] | None = None) -> None:
+                     node: Callable[[Any], Any] | None = None,
+                     empty: Callable[[Any, tuple, np.dtype], Any] | None = None) -> None:
     """Registers (or replaces) the hooks of one foreign type family."""
     _ADAPTERS[:] = [a for a in _ADAPTERS if a.name != name]
-    _ADAPTERS.append(Adapter(name, leaf, target, node))
+    _ADAPTERS.append(Adapter(name, leaf, target, node, empty))
 
 
-def leaf_array(obj: Any) -> np.ndarray | None:
+def leaf_array(obj: Any) -> "np.ndarray | DeviceArray | None":
     """The host array of obj from the first ``leaf`` hook that takes it, else None."""
     for a in _ADAPTERS:
         if a.leaf is not None:
@@ -61,7 +73,7 @@ def leaf_array(obj: Any) -> np.ndarray | None:
     return None
 
 
-def target_view(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
+def target_view(obj: Any) -> "tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None":
     """``(array, finish)`` from the first ``target`` hook that takes obj (``finish``
     None when the hook gave a bare array), else None."""
     for a in _ADAPTERS:
@@ -81,3 +93,15 @@ def node_proxy(obj: Any) -> Any:
             if proxy is not None:
                 return proxy
     return None
+
+
+def empty_on(device: Any, shape: tuple, dtype: np.dtype) -> Any:
+    """A new array on ``device`` from the first ``empty`` hook that takes the device
+    name; ValueError naming the device when none does."""
+    for a in _ADAPTERS:
+        if a.empty is not None:
+            out = a.empty(device, tuple(shape), np.dtype(dtype))
+            if out is not None:
+                return out
+    raise ValueError(f"device={device!r}: no adapter places arrays there (torch takes "
+                     "'cpu', 'cuda' and 'cuda:N'; install and import the framework first)")

@@ -18,8 +18,10 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import progress as _progress
-from ._native import core as _core
 from .dist.comm import Communicator, SingleComm, resolve_comm
+from .device.array import DeviceArray
+from .device.buffers import lease_shared
+from .device.staging import has_device_values, stage_values
 from .dist.save import distributed_save
 from .engine.write_executor import can_stage
 from .engine.writer import StagedSave, save_tensors
@@ -31,13 +33,13 @@ __all__ = ["Item", "PendingSave", "write", "stage", "start", "numbered"]
 
 
 class Item:
-    """One value to save: its key, the host array written by a single process,
-    and the object a multi-worker save plans with (a ShardedArray block, or the
-    array itself)."""
+    """One value to save: its key, the array written by a single process (a host
+    array, or a DeviceArray staged through host buffers), and the object a
+    multi-worker save plans with (a ShardedArray block, or the array itself)."""
 
     __slots__ = ("key", "array", "obj")
 
-    def __init__(self, key: str, array: np.ndarray, obj: Any = None) -> None:
+    def __init__(self, key: str, array: np.ndarray | DeviceArray, obj: Any = None) -> None:
         self.key, self.array = key, array
         self.obj = array if obj is None else obj
 
@@ -53,8 +55,14 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     sharded = any(isinstance(it.obj, ShardedArray) for it in items)
     if comm is None and sharded:
         comm = SingleComm()  # blocks must be checked and assembled like a multi-worker save
+    multi = comm is not None and (comm.world_size > 1 or sharded)
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
-        if comm is not None and (comm.world_size > 1 or sharded):
+        if has_device_values([it.array for it in items]):
+            _write_from_device(items, store, p, multi, lambda host: write(
+                host, path, storage_options=storage_options, comm=comm, tree=tree,
+                graph=graph, metadata=metadata), tree=tree, graph=graph, metadata=metadata)
+        elif multi:
+            assert comm is not None
             distributed_save(comm, store, p, [(it.key, it.obj if isinstance(it.obj, ShardedArray)
                                                 else it.array) for it in items],
                              tree=tree, graph=graph, metadata=metadata)
@@ -63,20 +71,45 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                          metadata=metadata, keys_checked=True)
 
 
-def stage(store: Store, path: str, keys: list[str], live: list[np.ndarray],
+def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bool,
+                       write_host: Callable[[list[Item]], None], *, tree: Any,
+                       graph: dict | None, metadata: dict | None) -> None:
+    """A blocking save of values of which some live in device memory. One process:
+    the device copies land in reusable (pinned) staging buffers and the writers
+    start on each as soon as it landed (``stage``); host values are written from
+    where they are. Multi-worker: every value is staged to host memory first, then
+    saved as host arrays (``write_host``)."""
+    keys = [it.key for it in items]
+    live = [it.array for it in items]
+    buffers, done = lease_shared()
+    try:
+        staging = buffers.get(keys, live, copy_host=False)
+        if multi:
+            stage_values(live, staging)
+            write_host([Item(it.key, a, a if it.obj is it.array else it.obj)
+                        for it, a in zip(items, staging)])
+        else:
+            stage(store, path, keys, live, staging, graph=graph, tree=tree,
+                  metadata=metadata)()
+    finally:
+        done()
+
+
+def stage(store: Store, path: str, keys: list[str], live: list[Any],
           staging: list[np.ndarray], *, graph: dict | None, tree: Any = None,
           metadata: dict | None = None) -> Callable[[], Any]:
-    """Background saves: copies ``live`` into ``staging`` (arrays of the same shapes
-    and dtypes, reused across saves) and returns, once the live values may change
-    again, the work that writes and commits the checkpoint from the copies. Where the
-    store can write local files, writing starts while the copy runs."""
+    """Copies ``live`` (host arrays and DeviceArrays) into ``staging`` (host arrays
+    of the same shapes and dtypes, reused across saves; a staging array that is its
+    live array is not copied) and returns, once the live values may change again,
+    the work that writes and commits the checkpoint from the copies. Where the
+    store can write local files, writing starts while the copies run."""
     native = all(a.dtype.byteorder in "=<|" for a in live)
     if native and can_stage(store, path):  # the C++ core writes the files
         staged = StagedSave(store, path, keys, live, staging, graph=graph, metadata=metadata,
                             tree=tree)
         staged.stage()
         return staged.finish
-    _core.copy_arrays(list(live), list(staging), 0)
+    stage_values(live, staging)
     return lambda: save_tensors(store, path, list(zip(keys, staging)), graph=graph, tree=tree,
                                 metadata=metadata, keys_checked=True)
 
@@ -123,8 +156,9 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
           comm: Communicator | None = None,
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
           graph: dict | None = None, metadata: dict | None = None) -> PendingSave:
-    """``write`` in the background: returns once every value is copied aside (one
-    extra host copy of the state, freed when the save ends). Multi-worker and
+    """``write`` in the background: returns once every value is copied aside into
+    staging buffers (one host copy of the state, pinned for device values, kept
+    for the next save: ``pyckpt.device.release_staging_memory()`` frees it). Multi-worker and
     sharded saves run their collectives in the caller's thread, so they are saved
     blocking and the handle comes back finished. ``progress`` is refused: its
     monitor lives in the caller's context, which a background save outlives."""
@@ -140,11 +174,23 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                                   progress=progress, tree=tree, graph=graph, metadata=metadata))
         return handle
     store, p = resolve(path, storage_options)
+    keys = [it.key for it in items]
     live = [it.array for it in items]
-    staging = [np.empty_like(a, order="C") for a in live]
-    work = stage(store, p, [it.key for it in items], live, staging, graph=graph, tree=tree,
-                 metadata=metadata)
-    threading.Thread(target=handle._run, args=(work,), name="pyckpt-save",
+    buffers, done = lease_shared()  # kept for the next save (pinned for device values)
+    try:
+        work = stage(store, p, keys, live, buffers.get(keys, live), graph=graph, tree=tree,
+                     metadata=metadata)
+    except BaseException:
+        done()
+        raise
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            done()
+
+    threading.Thread(target=handle._run, args=(run,), name="pyckpt-save",
                      daemon=False).start()  # not a daemon: a pending save finishes at exit
     return handle
 

@@ -295,13 +295,18 @@ class PyStagedWrite {
 
 std::unique_ptr<PyStagedWrite> StartStagedWritePy(
     const std::vector<std::string>& paths, const std::vector<uint64_t>& sizes,
-    const std::vector<std::string>& keys, const py::list& staging, const py::list& live,
+    const std::vector<std::string>& keys, const py::list& staging, const py::object& live,
     const py::handle& files, const py::handle& offsets, const WriteOptionsPy& options) {
   std::vector<ShardWriteItem> items = WriteItems(keys, staging, files, offsets);
-  if (static_cast<size_t>(py::len(live)) != items.size())
-    throw py::value_error("staging and live differ in length");
-  std::vector<TensorView> live_views(items.size());
-  for (size_t i = 0; i < items.size(); ++i) live_views[i] = ArrayView(live[i], false, "tensor");
+  std::vector<TensorView> live_views;  // none: staged externally (mark_ready)
+  if (!live.is_none()) {
+    const py::list live_list = live.cast<py::list>();
+    if (static_cast<size_t>(py::len(live_list)) != items.size())
+      throw py::value_error("staging and live differ in length");
+    live_views.resize(items.size());
+    for (size_t i = 0; i < items.size(); ++i)
+      live_views[i] = ArrayView(live_list[i], false, "tensor");
+  }
   const ShardWriteOptions opt = options.Native();
   auto out = std::make_unique<PyStagedWrite>();
   out->keep.append(staging);
@@ -449,6 +454,14 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
           py::arg("threads") = 0,
           "Copies every live tensor into its staging buffer; returns when all are copied.")
       .def(
+          "order", [](const PyStagedWrite& self) { return self.write.Order(); },
+          "Item indices in the order the writers need them (external staging).")
+      .def(
+          "mark_ready",
+          [](PyStagedWrite& self, size_t item) { RaiseIfError(self.write.MarkReady(item)); },
+          py::arg("item"),
+          "Externally staged writes: staging buffer `item` is filled; the writers may use it.")
+      .def(
           "wait",
           [](PyStagedWrite& self) {
             pyckpt::ChecksumResult result;
@@ -466,7 +479,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
         py::arg("file_sizes"), py::arg("keys"), py::arg("staging"), py::arg("live"),
         py::arg("files"), py::arg("offsets"),
         py::arg_v("options", WriteOptionsPy(), "WriteOptions()"),
-        "Plans a write of `staging` and starts writing each tensor once stage() copied it.");
+        "Plans a write of `staging` and starts writing each tensor once stage() copied it "
+        "(live=None: once mark_ready(i) says buffer i is filled).");
   m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");
 }

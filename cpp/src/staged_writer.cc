@@ -21,8 +21,10 @@ Status StagedWrite::Start(const std::vector<std::string>& files,
                           const std::vector<uint64_t>& file_sizes,
                           const std::vector<ShardWriteItem>& items,
                           const std::vector<TensorView>& live, const ShardWriteOptions& options) {
-  if (live.size() != items.size()) return Status::InvalidArgument("one live tensor per item");
-  for (size_t i = 0; i < items.size(); ++i) {
+  external_ = live.empty() && !items.empty();
+  if (!external_ && live.size() != items.size())
+    return Status::InvalidArgument("one live tensor per item");
+  for (size_t i = 0; i < live.size(); ++i) {
     PYCKPT_RETURN_IF_ERROR(ValidateView(live[i], "tensor '" + items[i].key + "'"));
     if (live[i].NumBytes() != items[i].src.NumBytes())
       return Status::InvalidArgument("tensor '" + items[i].key + "': staging buffer size differs");
@@ -31,6 +33,8 @@ Status StagedWrite::Start(const std::vector<std::string>& files,
   PYCKPT_RETURN_IF_ERROR(job_->Prepare(files, file_sizes, items, options));
   gate_ = std::make_unique<ReadyGate>(items.size());
   live_ = live;
+  marked_.assign(items.size(), 0);
+  marked_count_ = 0;
   try {
     writer_ = std::thread([this] { status_ = job_->Run(gate_.get()); });
   } catch (...) {
@@ -42,6 +46,7 @@ Status StagedWrite::Start(const std::vector<std::string>& files,
 
 Status StagedWrite::Stage(int threads) {
   if (!job_) return Status::InvalidArgument("Start() first");
+  if (external_) return Status::InvalidArgument("this write is staged externally (MarkReady)");
   const std::vector<ShardWriteItem>& items = job_->items();
   const std::vector<size_t> order = job_->ItemOrder();
   // Split big tensors into 4 MiB jobs; a tensor is ready when its last job is done.
@@ -79,6 +84,21 @@ Status StagedWrite::Stage(int threads) {
     return st;
   }
   staged_ = true;
+  return Status::OK();
+}
+
+std::vector<size_t> StagedWrite::Order() const {
+  return job_ ? job_->ItemOrder() : std::vector<size_t>();
+}
+
+Status StagedWrite::MarkReady(size_t item) {
+  if (!job_ || !external_) return Status::InvalidArgument("MarkReady needs an externally staged write");
+  if (item >= marked_.size()) return Status::InvalidArgument("MarkReady: item out of range");
+  if (!marked_[item]) {
+    marked_[item] = 1;
+    if (++marked_count_ == marked_.size()) staged_ = true;
+    gate_->Mark(item);
+  }
   return Status::OK();
 }
 

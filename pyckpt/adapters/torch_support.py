@@ -1,10 +1,12 @@
 """torch support: tensors as leaves and in-place targets, ``nn.Module`` and
 optimizers as object-graph nodes.
 
-- A CPU tensor is saved straight from its memory (a numpy view, no copy);
-  tensors on other devices are copied to host memory first.
-- ``load(into=...)`` and restores fill tensors in place: CPU tensors through a
-  numpy view of their memory; others by reading into host memory and copying.
+- A CPU tensor is saved straight from its memory (a numpy view, no copy).
+- A CUDA tensor is a ``DeviceArray`` (``torch_device.py``): saves stage it
+  through pinned buffers on a copy stream, loads fill it in place through
+  pinned bounce buffers, ``copy_state`` and snapshots copy it on the device.
+- Tensors on other devices are copied to host memory first (saves), and
+  filled from a host copy (loads).
 - bfloat16 and float8 tensors map to ml_dtypes arrays of the same bits.
 - An ``nn.Module`` is a node whose edges are its parameters, buffers and
   submodules (the names of its state_dict, split at the dots), restored in place.
@@ -20,8 +22,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..device.array import DeviceArray
 from ..graph.object_graph import MISSING
 from ..registry import register_adapter
+from .torch_device import device_array, torch_dtype
 
 
 def _torch() -> Any:
@@ -41,12 +45,15 @@ def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
     return raw.numpy().view(getattr(ml_dtypes, name))
 
 
-def to_numpy(obj: Any) -> np.ndarray | None:
-    """A numpy array with the tensor's values (a view for CPU tensors), else None."""
+def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
+    """The ``leaf`` hook: a numpy view of a CPU tensor, a DeviceArray for a CUDA
+    tensor, a host copy for other devices; None for what is not a tensor."""
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
     t = obj.detach()
+    if t.device.type == "cuda":
+        return device_array(torch, t)
     if t.device.type != "cpu":
         t = t.cpu()
     if t.is_conj():
@@ -55,13 +62,16 @@ def to_numpy(obj: Any) -> np.ndarray | None:
     return view if view is not None else t.numpy()
 
 
-def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
-    """(array to fill, finish) for an in-place target tensor: CPU tensors are filled
-    through a view (finish None); others through a host copy copied back in finish."""
+def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | DeviceArray | None:
+    """The ``target`` hook: (array to fill, finish) for an in-place target tensor: CPU
+    tensors through a view (finish None); CUDA tensors as a DeviceArray (filled on the
+    device); others through a host copy copied back in finish."""
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
     t = obj.detach()
+    if t.device.type == "cuda":
+        return device_array(torch, t)
     if t.device.type == "cpu":
         view = _ml_view(torch, t)
         return (view if view is not None else t.numpy()), None
@@ -200,7 +210,20 @@ def node_for(obj: Any) -> Any:
     return None
 
 
+def empty(device: Any, shape: tuple, dtype: np.dtype) -> Any:
+    """The ``empty`` hook: a new torch tensor on a torch device ("cpu", "cuda",
+    "cuda:N", or a ``torch.device``), else None."""
+    name = str(device)
+    if not (name == "cpu" or name == "cuda" or name.startswith("cuda:")):
+        return None
+    try:
+        import torch  # optional dependency
+    except ImportError:
+        raise ValueError(f"device={name!r} loads into torch tensors: pip install torch") from None
+    return torch.empty(shape, dtype=torch_dtype(torch, dtype), device=torch.device(name))
+
+
 def register() -> None:
-    """Registers the torch hooks (leaf, target, node) with pyckpt.registry under the
-    name "torch"."""
-    register_adapter("torch", leaf=to_numpy, target=writable, node=node_for)
+    """Registers the torch hooks (leaf, target, node, empty) with pyckpt.registry
+    under the name "torch"."""
+    register_adapter("torch", leaf=to_numpy, target=writable, node=node_for, empty=empty)

@@ -116,9 +116,12 @@ def can_stage(store: Store, path: str) -> bool:
 
 
 def start_staged(store: Store, paths: list[str], sizes: Sequence[int], keys: list[str],
-                 staging: list[np.ndarray], live: list[np.ndarray], file_idx: Any,
+                 staging: list[np.ndarray], live: list[np.ndarray] | None, file_idx: Any,
                  offsets: Any, options: IOOptions) -> Any:
-    """Starts a staged write (``_core.StagedWrite``) of the shard files ``paths``."""
+    """Starts a staged write (``_core.StagedWrite``) of the shard files ``paths``:
+    it copies ``live`` into ``staging`` itself (``stage()``), or, with ``live``
+    None, the caller fills the staging buffers and calls ``mark_ready(i)`` for
+    each (``device.staging``)."""
     natives = store.native_paths(paths)
     if natives is None:
         raise ValueError("staged saves write local files")

@@ -27,6 +27,7 @@ import numpy as np
 from .._native import core as _core
 from .._version import __version__
 from .._dtypes import dtype_name, little_endian
+from ..device.staging import has_device_values, stage_values
 from ..errors import add_note
 from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
@@ -251,9 +252,15 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
 class StagedSave:
     """A local save that copies live tensors into staging buffers while writing
     them (``_core.StagedWrite``): ``stage()`` returns once the live tensors may
-    change again, ``finish()`` waits for the data and commits."""
+    change again, ``finish()`` waits for the data and commits.
 
-    def __init__(self, store: Store, path: str, keys: list[str], live: list[np.ndarray],
+    Live values may be DeviceArrays: then the copies are run by their engines
+    (``device.staging.stage_values``) and each staging buffer is handed to the
+    writers as soon as its copy landed (the StagedWrite's external mode). A
+    staging buffer that is its live array (a blocking save of a host array) is
+    written from directly."""
+
+    def __init__(self, store: Store, path: str, keys: list[str], live: list[Any],
                  staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
                  tree: Any = None, options: IOOptions = DEFAULT) -> None:
         if not write_executor.can_stage(store, path):
@@ -262,6 +269,9 @@ class StagedSave:
         self.tree = tree
         self.metadata = check_metadata(metadata)
         self.tensors = prepare_tensors(list(zip(keys, staging)), keys_checked=True)
+        self.live, self.staging = list(live), list(staging)
+        self.external = has_device_values(self.live) or any(
+            a is b for a, b in zip(self.live, self.staging))
         _prepare_dir(store, path)
         self.attempt = naming.new_attempt_id()
         attempts.begin(store, path, self.attempt)
@@ -271,15 +281,31 @@ class StagedSave:
         self.job = None
         if self.names:
             self.job = write_executor.start_staged(
-                store, self.paths, self.sizes, keys, [t.array for t in self.tensors], list(live),
-                self.file_idx, self.offsets, options)
-        else:
-            for dst, src in zip(staging, live):  # nothing to write: still a consistent copy
-                np.copyto(dst, src)
+                store, self.paths, self.sizes, keys, [t.array for t in self.tensors],
+                None if self.external else self.live, self.file_idx, self.offsets, options)
 
     def stage(self) -> None:
-        if self.job is not None:
-            self.job.stage(self.options.threads)
+        """Copies the live values aside; returns once they may change. On failure
+        the write is abandoned, its files removed, and the error raised."""
+        try:
+            if self.job is None:  # nothing to write: still a consistent copy
+                stage_values(self.live, self.staging, threads=self.options.threads)
+            elif self.external:
+                stage_values(self.live, self.staging, order=self.job.order(),
+                             mark=self.job.mark_ready, threads=self.options.threads)
+            else:
+                self.job.stage(self.options.threads)
+        except BaseException as e:
+            try:
+                if self.job is not None:
+                    try:
+                        self.job.wait()  # abandoned: the writer stops
+                    except BaseException:  # noqa: BLE001 - the staging error is the one raised
+                        pass
+                    _discard(self.store, self.paths, e)
+            finally:
+                attempts.end(self.store, self.path, self.attempt)
+            raise
 
     def finish(self) -> Manifest:
         try:

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import CheckpointKeyError
+from ..device.loading import fill_targets
 from ..sharded import ShardedArray
 
 __all__ = ["CheckpointSource", "Target"]
@@ -93,6 +94,12 @@ class CheckpointSource(abc.ABC):
         """Fills each target (an array of the tensor's shape, or a ShardedArray block
         of it) with verified values; dtypes equal the stored ones (byte order is the
         caller's business: ``_dtypes.source_order_view``)."""
+
+    def fill(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+        """``read``, where targets may also be DeviceArrays (device memory): those
+        are read through pinned bounce buffers and copied to their device,
+        overlapped with the next reads (``device/loading.py``)."""
+        fill_targets(self.read, indices, dsts)
 
     @abc.abstractmethod
     def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:

@@ -1,4 +1,4 @@
-"""``pyckpt.Checkpoint``: the root of an object-based checkpoint (API.md section 2)."""
+"""``pyckpt.Checkpoint``: the root of an object-based checkpoint (docs/API.md section 2)."""
 
 from __future__ import annotations
 
@@ -161,12 +161,20 @@ class Checkpoint(Trackable):
         source = self._source(save_path, storage_options)
         return make_plan(source, self)
 
-    def snapshot(self, into: Snapshot | None = None) -> Snapshot:
+    def snapshot(self, into: Snapshot | None = None, *, host: bool = False) -> Snapshot:
         """An in-memory copy of every tracked value, made in parallel.
 
         ``restore(snapshot)`` puts it back. With ``into`` (an earlier snapshot of
-        the same structure) its buffers are reused instead of allocating new ones."""
-        return take_snapshot(self, into)
+        the same structure) its buffers are reused instead of allocating new ones.
+
+        Values in device memory (CUDA tensors, also inside torch modules and
+        optimizers) are copied on their device into buffers of the same device,
+        queued in order with the caller's work: nothing crosses PCIe, and
+        ``restore(snapshot)`` copies them back on the device. ``host=True`` keeps
+        those copies in page-locked host memory instead (to spare device memory),
+        waiting until they landed. ``snapshot[key]`` of a device copy is the
+        framework's object (the torch tensor), to be read, not written."""
+        return take_snapshot(self, into, host=host)
 
     def __repr__(self) -> str:
         names = [n for n, _ in self._pyckpt_children()]

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..device.array import DeviceArray
 from ..registry import node_proxy, target_view
 from ..variables import Variable
 
@@ -27,9 +28,10 @@ def _adapt(obj: Any) -> Any:
     return node_proxy(obj)
 
 
-def value_target(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | None:
-    """(array, finish) a value node saves from and restores into: ``finish`` (or None)
-    must run after the array was filled (e.g. to copy it back to a GPU tensor)."""
+def value_target(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None:
+    """(array, finish) a value node saves from and restores into (a DeviceArray for
+    a value in device memory): ``finish`` (or None) must run after the array was
+    filled (e.g. to copy a host copy back to its device)."""
     if isinstance(obj, Variable):
         return obj._value, None
     if isinstance(obj, np.ndarray):
@@ -37,7 +39,7 @@ def value_target(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | Non
     return target_view(obj)
 
 
-def value_array(obj: Any) -> np.ndarray | None:
+def value_array(obj: Any) -> np.ndarray | DeviceArray | None:
     """The array a value node saves from and restores into, or None."""
     t = value_target(obj)
     return None if t is None else t[0]

@@ -18,6 +18,7 @@ from ..registry import node_proxy
 from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
+from ..device.array import DeviceArray
 from .nodes import MISSING, _adapt, is_node, is_value, value_array, value_target
 from .trackable import Trackable
 
@@ -104,8 +105,9 @@ class LiveGraph:
         """The checkpoint key of every value node, in ``values`` order."""
         return [self.prefixes[n] + VALUE_SUFFIX for n in self.values]
 
-    def array_of(self, n: int) -> np.ndarray:
-        """The array of value node n (one listed in ``values``)."""
+    def array_of(self, n: int) -> np.ndarray | DeviceArray:
+        """The array of value node n (one listed in ``values``; a DeviceArray for a
+        value in device memory)."""
         arr = value_array(self.objects[n])
         assert arr is not None, "traverse lists only nodes that hold a value"
         return arr

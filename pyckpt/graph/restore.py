@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
+from ..device.array import DeviceArray
 from . import deferred
 from .keys import path_string
 from .object_graph import (MISSING, can_defer, get_child, traverse, unit_restorer,
@@ -138,6 +139,8 @@ class RestoreSession:
                 problems.append(f"{key!r}: checkpoint has shape {tuple(shape)} dtype "
                                 f"{ours}, the object has shape {tuple(dst.shape)} "
                                 f"dtype {theirs}")
+            elif isinstance(dst, DeviceArray):
+                pass  # filled on its device (SnapshotSource / CheckpointSource.fill)
             elif not dst.flags.writeable:
                 problems.append(f"{key!r}: the object's array is read-only")
             else:  # a target in the other byte order is filled through a view, then swapped

@@ -1,154 +1,492 @@
-"""In-memory copies of state: ``Checkpoint.snapshot()`` and ``pyckpt.copy_state``."""
+"""In-memory copies of state: ``Checkpoint.snapshot()`` and ``pyckpt.copy_state``.
+
+Values in device memory (``pyckpt.device.DeviceArray``: CUDA tensors, ...) stay
+on their device: a snapshot keeps its copy of a device value in a buffer on
+the same device (or, when asked, in page-locked host memory), and copies
+between two values of one device run on that device, ordered with the
+caller's own work (``CopyEngine.copy``), never crossing PCIe. Host values are
+copied in parallel by the C++ core. ``copy_values`` is the one routine that
+moves a batch of values between any mix of host arrays and DeviceArrays.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
 from .._native import core as _core
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
+from ..device.array import DeviceArray
+from ..device.engine import CopyEngine, Ticket
 from ..load_into import collect_targets
+from ..registry import node_proxy
 from ..tree import flatten, rebuild_leaf
-from .object_graph import StoredGraph, traverse
+from ..variables import Variable
+from .keys import VALUE_SUFFIX, unescape
+from .nodes import value_target
+from .object_graph import StoredGraph, traverse, unit_restorer
 from .trackable import Trackable
 
+__all__ = ["Snapshot", "take_snapshot", "copy_state", "copy_values"]
+
+#: A value as the copy routines see it: a host array or an array in device memory.
+Value = Union[np.ndarray, DeviceArray]
+
+_ALIGN = 256          # alignment of each value inside a pinned host buffer
+_SLACK = 64 << 20     # a reused pinned buffer may exceed the need by at most this
+
+
+# ---------------------------------------------------------------------------
+# Moving values
+# ---------------------------------------------------------------------------
+
+def _wait_all(tickets: Sequence[Ticket]) -> None:
+    """Waits for every ticket, then raises the first error (no copy is left in flight)."""
+    first: BaseException | None = None
+    for t in tickets:
+        try:
+            t.wait()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others landed
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+
+
+def _host_copy(srcs: list[np.ndarray], dsts: list[np.ndarray], threads: int) -> None:
+    """Host to host, in parallel (C++ core); a destination in the other byte order is
+    filled through a view of the source's dtype, then swapped in place."""
+    if not srcs:
+        return
+    views, swap = [], []
+    for s, d in zip(srcs, dsts):
+        view, swapped = source_order_view(d, s.dtype)  # the copy is of raw bytes
+        if swapped:
+            swap.append(d)
+        views.append(view)
+    _core.copy_arrays(list(srcs), views, threads)
+    finish_byte_order(swap)
+
+
+def copy_values(srcs: Sequence[Value], dsts: Sequence[Value], threads: int = 0) -> None:
+    """Copies each of ``srcs`` into the matching destination, in place. Each is a host
+    array or a DeviceArray; each pair has the same shape and the same dtype up to byte
+    order (the caller checked). Returns once every copy is done, or, for copies
+    between two DeviceArrays of one engine, once they are queued on the device
+    ordered with the caller's work (later work sees the values).
+
+    - device to device (same engine and dtype): one ``engine.copy`` batch per engine;
+    - device to host: ``engine.to_host`` (through a temporary when the destination is
+      not C-contiguous or not in the source's dtype), waited for;
+    - host to device: ``engine.to_device`` (from a C-contiguous copy in the
+      destination's dtype where needed), waited for;
+    - device to device across engines: to host memory, then to the other device;
+    - host to host: in parallel in the C++ core.
+
+    A destination DeviceArray is always written on its device, never replaced.
+    """
+    host_s: list[np.ndarray] = []
+    host_d: list[np.ndarray] = []
+    d2d: dict[CopyEngine, tuple[list[DeviceArray], list[DeviceArray]]] = {}
+    d2h: dict[CopyEngine, tuple[list[DeviceArray], list[np.ndarray]]] = {}
+    h2d: dict[CopyEngine, tuple[list[np.ndarray], list[DeviceArray]]] = {}
+    bounce: list[tuple[np.ndarray, Value]] = []  # (landed host copy, final destination)
+    for s, d in zip(srcs, dsts):
+        if isinstance(s, DeviceArray):
+            if isinstance(d, DeviceArray) and d.engine is s.engine and d.dtype == s.dtype:
+                pair = d2d.setdefault(s.engine, ([], []))
+                pair[0].append(s)
+                pair[1].append(d)
+                continue
+            tmp: np.ndarray
+            if isinstance(d, np.ndarray) and d.dtype == s.dtype and d.flags.c_contiguous:
+                tmp = d  # straight into the destination
+            else:
+                tmp = np.empty(s.shape, dtype=s.dtype)
+                bounce.append((tmp, d))
+            down = d2h.setdefault(s.engine, ([], []))
+            down[0].append(s)
+            down[1].append(tmp)
+        elif isinstance(d, DeviceArray):
+            up = h2d.setdefault(d.engine, ([], []))
+            up[0].append(_for_device(s, d))
+            up[1].append(d)
+        else:
+            host_s.append(s)
+            host_d.append(d)
+    tickets: list[Ticket] = []
+    try:
+        for eng, (ds, hs) in d2h.items():
+            tickets.extend(eng.to_host(ds, hs))
+        for eng, (hs, ds) in h2d.items():
+            tickets.extend(eng.to_device(hs, ds))
+        for eng, (a, b) in d2d.items():
+            eng.copy(a, b)
+        _host_copy(host_s, host_d, threads)
+    finally:
+        _wait_all(tickets)
+    if not bounce:
+        return
+    second: list[Ticket] = []
+    back_s: list[np.ndarray] = []
+    back_d: list[np.ndarray] = []
+    try:
+        for tmp, d in bounce:
+            if isinstance(d, DeviceArray):
+                second.extend(d.engine.to_device([_for_device(tmp, d)], [d]))
+            else:
+                back_s.append(tmp)
+                back_d.append(d)
+        _host_copy(back_s, back_d, threads)
+    finally:
+        _wait_all(second)
+
+
+def _for_device(host: np.ndarray, dst: DeviceArray) -> np.ndarray:
+    """``host`` as a C-contiguous array of ``dst``'s dtype (itself where it is one)."""
+    if host.dtype == dst.dtype and host.flags.c_contiguous:
+        return host
+    return np.ascontiguousarray(host, dtype=dst.dtype)  # converts the byte order too
+
+
+# ---------------------------------------------------------------------------
+# Snapshots
+# ---------------------------------------------------------------------------
 
 class Snapshot:
     """An in-memory copy of every tracked value of an object graph, with the graph.
 
-    ``Checkpoint.restore(snapshot)`` / ``read(snapshot)`` accept it wherever a
-    path is accepted; ``snapshot[key]`` gives one copied array.
+    ``Checkpoint.restore(snapshot)`` / ``read(snapshot)`` and
+    ``pyckpt.copy_state(snapshot, obj)`` accept it wherever a path is accepted.
+
+    Where the copies live: host values in (read-only) host arrays; device values
+    (CUDA tensors, ...) in buffers on the same device, or in page-locked host
+    memory for a snapshot taken with ``host=True``.
+
+    ``snapshot[key]`` gives the copy of one value: a read-only numpy array for a
+    host buffer, the framework's own object for a device buffer (the torch
+    tensor, ``DeviceArray.obj``), which must not be written to (a snapshot is a
+    record; restoring copies out of it). ``snapshot.arrays`` maps each key to the
+    raw buffer (a numpy array or a ``pyckpt.device.DeviceArray``).
     """
 
-    def __init__(self, graph: StoredGraph, arrays: dict[str, np.ndarray],
+    def __init__(self, graph: StoredGraph, arrays: dict[str, Value],
                  graph_doc: dict | None = None) -> None:
         self.graph = graph
         self.arrays = arrays
         self.graph_doc = graph_doc  # the manifest form of the graph, for writing it out
+        self._pinned: dict[CopyEngine, np.ndarray] = {}  # page-locked buffers we own
+        self._free: dict[CopyEngine, Any] = {}           # their weakref.finalize
 
     def keys(self) -> list[str]:
         """The keys of the copied values."""
         return list(self.arrays)
 
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.arrays[key]
+    def __getitem__(self, key: str) -> Any:
+        a = self.arrays[key]
+        return a.obj if isinstance(a, DeviceArray) else a
 
     def __len__(self) -> int:
         return len(self.arrays)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every copied array."""
+        """Bytes of every copied value."""
         return sum(a.nbytes for a in self.arrays.values())
 
+    @property
+    def device_nbytes(self) -> int:
+        """Bytes of the copies held in device memory."""
+        return sum(a.nbytes for a in self.arrays.values() if isinstance(a, DeviceArray))
+
+    def _own_pinned(self, eng: CopyEngine, buf: np.ndarray) -> None:
+        """Takes ownership of a page-locked buffer of ``eng`` (given back with us)."""
+        self._pinned[eng] = buf
+        self._free[eng] = weakref.finalize(self, eng.free_host, buf)
+
+    def _give_pinned(self, eng: CopyEngine) -> np.ndarray | None:
+        """Hands our page-locked buffer of ``eng`` over to a newer snapshot."""
+        buf = self._pinned.pop(eng, None)
+        fin = self._free.pop(eng, None)
+        if fin is not None:
+            fin.detach()
+        return buf
+
     def __repr__(self) -> str:
-        return f"<Snapshot: {len(self.arrays)} values, {self.nbytes / 1e6:.1f} MB>"
+        dev = self.device_nbytes
+        where = f", {dev / 1e6:.1f} MB on device" if dev else ""
+        return f"<Snapshot: {len(self.arrays)} values, {self.nbytes / 1e6:.1f} MB{where}>"
 
 
-def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0) -> Snapshot:
-    """Copies every value reachable from root, in parallel (C++ core, GIL released).
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
-    With ``into`` (an earlier snapshot of the same structure) its arrays are
-    reused instead of allocating new ones."""
+
+def _same_buffer(old: Any, src: Value) -> bool:
+    if isinstance(src, DeviceArray):
+        return (isinstance(old, DeviceArray) and old.engine is src.engine
+                and old.device == src.device and old.shape == src.shape
+                and old.dtype == src.dtype)
+    return isinstance(old, np.ndarray) and old.shape == src.shape and old.dtype == src.dtype
+
+
+def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
+                  host: bool = False) -> Snapshot:
+    """Copies every value reachable from ``root`` (a Trackable, an ``nn.Module``, any
+    graph node): host values in parallel (C++ core, GIL released), device values
+    on their device into buffers of the same device (``engine.empty_like``,
+    ``engine.copy``: queued in order with the caller's work, nothing crosses PCIe).
+
+    ``host=True`` puts the copies of device values in page-locked host memory
+    instead (one buffer per device from ``engine.alloc_host``, given back when the
+    snapshot is garbage-collected), copied asynchronously and waited for.
+
+    With ``into`` (an earlier snapshot of the same structure) its buffers are
+    reused instead of allocating new ones (device buffers, host arrays, and the
+    page-locked buffer, which then belongs to the new snapshot)."""
     live = traverse(root)
     keys = live.value_keys()
-    srcs = [live.array_of(n) for n in live.values]
-    reuse = into.arrays if into is not None else {}
-    dsts = []
-    for key, src in zip(keys, srcs):
+    srcs: list[Value] = [live.array_of(n) for n in live.values]
+    reuse: dict[str, Value] = into.arrays if into is not None else {}
+    dsts: list[Value | None] = [None] * len(srcs)
+    pinned: dict[CopyEngine, list[int]] = {}
+    for i, (key, src) in enumerate(zip(keys, srcs)):
         old = reuse.get(key)
-        if old is not None and old.shape == src.shape and old.dtype == src.dtype:
-            old.flags.writeable = True  # our own buffer, made read-only when handed out
-            dsts.append(old)
+        if isinstance(src, DeviceArray) and host:
+            pinned.setdefault(src.engine, []).append(i)
+        elif old is not None and _same_buffer(old, src):
+            if isinstance(old, np.ndarray):
+                old.flags.writeable = True  # our own buffer, made read-only when handed out
+            dsts[i] = old
+        elif isinstance(src, DeviceArray):
+            dsts[i] = src.engine.empty_like(src)
         else:
-            dsts.append(np.empty(src.shape, dtype=src.dtype))
-    _core.copy_arrays(srcs, dsts, threads)
+            dsts[i] = np.empty(src.shape, dtype=src.dtype)
+    snap = Snapshot(StoredGraph([], []), {})
+    for eng, idx in pinned.items():
+        slab = _pinned_slab(eng, sum(_aligned(srcs[i].nbytes) for i in idx), into, snap)
+        off = 0
+        for i in idx:
+            s = srcs[i]
+            dsts[i] = slab[off:off + s.nbytes].view(s.dtype).reshape(s.shape)
+            off += _aligned(s.nbytes)
+    final: list[Value] = [d for d in dsts if d is not None]
+    assert len(final) == len(srcs)
+    copy_values(srcs, final, threads)
     doc = live.to_json()
-    graph = StoredGraph([[(name, c) for name, c in e] for e in doc["children"]], doc["value"])
-    for d in dsts:
-        d.flags.writeable = False  # a snapshot is a record; restoring copies out of it
-    return Snapshot(graph, dict(zip(keys, dsts)), doc)
+    snap.graph = StoredGraph([[(name, c) for name, c in e] for e in doc["children"]], doc["value"])
+    snap.graph_doc = doc
+    for d in final:
+        if isinstance(d, np.ndarray):
+            d.flags.writeable = False  # a snapshot is a record; restoring copies out of it
+    snap.arrays = dict(zip(keys, final))
+    return snap
+
+
+def _pinned_slab(eng: CopyEngine, need: int, into: Snapshot | None, snap: Snapshot) -> np.ndarray:
+    """A page-locked buffer of at least ``need`` bytes for ``snap``: ``into``'s when it
+    fits (handed over), else a new one."""
+    if need == 0:
+        return np.empty(0, dtype=np.uint8)
+    old = into._pinned.get(eng) if into is not None else None
+    if into is not None and old is not None and need <= old.nbytes <= need + _SLACK:
+        slab = into._give_pinned(eng)
+        assert slab is not None
+    else:
+        slab = eng.alloc_host(need)
+    snap._own_pinned(eng, slab)
+    return slab
 
 
 # ---------------------------------------------------------------------------
 # copy_state
 # ---------------------------------------------------------------------------
 
-def _sources(x: Any) -> dict[str, np.ndarray]:
+def _is_graph(x: Any) -> bool:
+    """Whether x is matched by object-graph keys: a Trackable, or a foreign object an
+    adapter stands for (a torch ``nn.Module`` or optimizer, ...)."""
+    if isinstance(x, Trackable):
+        return True
+    if isinstance(x, (dict, list, tuple, np.ndarray, Variable, Snapshot, DeviceArray)):
+        return False
+    return node_proxy(x) is not None
+
+
+def _sources(x: Any) -> dict[str, Value]:
     if isinstance(x, Snapshot):
         return dict(x.arrays)
-    if isinstance(x, Trackable):
+    if _is_graph(x):
         live = traverse(x)
         return {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
     leaves, _ = flatten(x)
     return {lf.key: lf.array for lf in leaves}
 
 
-def _targets(x: Any) -> dict[str, tuple[np.ndarray | None, Any]]:
-    """key -> (array filled in place, or None and a setter for an immutable leaf)."""
-    if isinstance(x, Trackable):
-        live = traverse(x)
-        return {k: (live.array_of(n), None)
-                for k, n in zip(live.value_keys(), live.values)}  # CPU values (views)
+class _Targets:
+    """The destinations of a copy_state, by key."""
+
+    def __init__(self) -> None:
+        #: key -> (value filled in place, finish to run once it is filled, or None)
+        self.arrays: dict[str, tuple[Value, Callable[[], None] | None]] = {}
+        #: key -> (setter replacing an immutable leaf in its container, its leaf kind)
+        self.setters: dict[str, tuple[Callable[[Any], None], str]] = {}
+        #: (key prefix, restorer) of objects restored as a whole (a torch optimizer)
+        self.units: list[tuple[str, Any]] = []
+
+
+def _targets(x: Any) -> _Targets:
+    out = _Targets()
     if isinstance(x, Snapshot):
         raise TypeError("copy_state cannot write into a Snapshot; restore it instead")
-    out: dict[str, tuple[np.ndarray | None, Any]] = {}
+    if _is_graph(x):
+        first = traverse(x)
+        units = {id(o): unit_restorer(o) for o in first.objects}
+        units = {k: u for k, u in units.items() if u is not None}
+        live = traverse(x, stop=units) if units else first
+        for n, o in enumerate(live.objects):
+            u = units.get(id(o))
+            if u is not None:
+                out.units.append((live.prefixes[n], u))
+        for k, n in zip(live.value_keys(), live.values):
+            out.arrays[k] = _value_target(live.objects[n])
+        return out
     for t in collect_targets(x):
         if t.sharded is not None:
             raise TypeError(f"copy_state does not copy into ShardedArray {t.key!r}")
-        out[t.key] = (t.array, (t.setter, t.kind) if t.array is None else None)
+        if t.array is None:
+            assert t.setter is not None  # a target without an array is a leaf with a setter
+            out.setters[t.key] = (t.setter, t.kind)
+        else:
+            out.arrays[t.key] = (t.array, t.after)
     return out
 
 
-def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> Any:
-    """Copies every value of ``src`` into the matching value of ``dst`` in parallel.
+def _value_target(obj: Any) -> tuple[Value, Callable[[], None] | None]:
+    t = value_target(obj)
+    assert t is not None, "traverse lists only nodes that hold a value"
+    return t
 
-    Both are Trackables (matched by object-graph keys) or trees (matched by
-    flat keys); ``src`` may also be a Snapshot. With ``strict`` (default), keys
-    present on one side only and shape/dtype mismatches raise one ValueError
-    listing all of them, before anything is copied; without it they are skipped.
-    Returns ``dst``.
+
+def _nested(paths: list[list[str]], values: list[np.ndarray]) -> Any:
+    """A tree of dicts from each value's edge names below a unit; dicts keyed 0..n-1
+    become lists (as a restore from a checkpoint builds it)."""
+    tree: dict[str, Any] = {}
+    for parts, v in zip(paths, values):
+        node = tree
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return _lists(tree)
+
+
+def _lists(tree: Any) -> Any:
+    if not isinstance(tree, dict):
+        return tree
+    out = {k: _lists(v) for k, v in tree.items()}
+    if out and all(k.isdigit() for k in out) and sorted(map(int, out)) == list(range(len(out))):
+        return [out[str(i)] for i in range(len(out))]
+    return out
+
+
+def _below(prefix: str, key: str) -> list[str] | None:
+    """The edge names from the node at ``prefix`` to the value under ``key``, or None
+    when ``key`` is not below it."""
+    if not key.endswith(VALUE_SUFFIX):
+        return None
+    rel = key[: -len(VALUE_SUFFIX)]
+    if prefix:
+        if not rel.startswith(prefix + "/"):
+            return None
+        rel = rel[len(prefix) + 1:]
+    return [unescape(p) for p in rel.split("/")]
+
+
+def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> Any:
+    """Copies every value of ``src`` into the matching value of ``dst``, in place.
+
+    Both are graph objects (Trackables, torch ``nn.Module``s and optimizers: matched
+    by object-graph keys) or trees (matched by flat keys); ``src`` may also be a
+    Snapshot. With ``strict`` (default), keys present on one side only and
+    shape/dtype mismatches raise one ValueError listing all of them, before
+    anything is copied; without it they are skipped. Returns ``dst``.
+
+    Device values are copied on their device: pairs of one device in one batch
+    queued with the caller's work (torch: ``_foreach_copy_`` on the current
+    stream), host/device pairs through the device's copy engine (waited for).
+    A destination is always written in place (a tensor keeps its storage). An
+    object restored as a whole (a torch optimizer) gets the source's values
+    below it through its restore hook, as ``Checkpoint.restore`` does.
     """
     s = _sources(src)
     d = _targets(dst)
-    problems = []
+    problems: list[str] = []
+    unit_keys: list[list[str]] = []
+    claimed: set[str] = set()
+    for prefix, _ in d.units:
+        ks = [k for k in s if k not in d.arrays and k not in d.setters
+              and _below(prefix, k) is not None]
+        claimed.update(ks)
+        unit_keys.append(ks)
     if strict:
-        missing = [k for k in s if k not in d]
-        extra = [k for k in d if k not in s]
+        missing = [k for k in s if k not in d.arrays and k not in d.setters and k not in claimed]
+        extra = [k for k in list(d.arrays) + list(d.setters) if k not in s]
+        extra += [f"{prefix or '<root>'} (restored as a whole)"
+                  for (prefix, _), ks in zip(d.units, unit_keys) if not ks]
         if missing:
             problems.append(f"{len(missing)} key(s) of the source missing in the destination: "
                             + ", ".join(map(repr, missing[:20])))
         if extra:
             problems.append(f"{len(extra)} key(s) of the destination missing in the source: "
                             + ", ".join(map(repr, extra[:20])))
-    pairs_src, pairs_dst, setters = [], [], []
-    swap: list[np.ndarray] = []
+    pairs_src: list[Value] = []
+    pairs_dst: list[Value] = []
+    finish: list[Callable[[], None]] = []
+    setters: list[tuple[Callable[[Any], None], str, Value]] = []
     for key, arr in s.items():
-        if key not in d:
+        if key in d.setters:
+            setter, kind = d.setters[key]
+            if tuple(arr.shape) != ():
+                if strict:
+                    problems.append(f"{key!r}: source shape {tuple(arr.shape)}, destination "
+                                    f"is a scalar")
+                continue
+            setters.append((setter, kind, arr))
             continue
-        target, setter = d[key]
-        if target is None:
-            setters.append((setter, arr))
+        if key not in d.arrays:
             continue
-        if target.shape != arr.shape or not same_dtype(target.dtype, arr.dtype):
+        target, after = d.arrays[key]
+        if tuple(target.shape) != tuple(arr.shape) or not same_dtype(target.dtype, arr.dtype):
             if strict:
                 ours, theirs = describe_dtypes(arr.dtype, target.dtype)
-                problems.append(f"{key!r}: source shape {arr.shape} dtype {ours}, "
-                                f"destination shape {target.shape} dtype {theirs}")
+                problems.append(f"{key!r}: source shape {tuple(arr.shape)} dtype {ours}, "
+                                f"destination shape {tuple(target.shape)} dtype {theirs}")
             continue
-        if not target.flags.writeable:
+        if isinstance(target, np.ndarray) and not target.flags.writeable:
             problems.append(f"{key!r}: destination array is read-only")
             continue
-        view, swapped = source_order_view(target, arr.dtype)  # the copy is of raw bytes
-        if swapped:
-            swap.append(target)
         pairs_src.append(arr)
-        pairs_dst.append(view)
+        pairs_dst.append(target)
+        if after is not None:
+            finish.append(after)
     if problems:
         raise ValueError("copy_state: source and destination differ:\n  " + "\n  ".join(problems))
-    _core.copy_arrays(pairs_src, pairs_dst, threads)
-    finish_byte_order(swap)
-    for (setter, kind), arr in setters:
-        setter(rebuild_leaf(kind, np.array(arr)))
+    # objects restored as a whole get fresh host copies of their values (as from a file)
+    unit_vals: list[list[np.ndarray]] = []
+    for ks in unit_keys:
+        vals = [np.empty(s[k].shape, dtype=s[k].dtype) for k in ks]
+        copy_values([s[k] for k in ks], vals, threads)
+        unit_vals.append(vals)
+    for (prefix, unit), ks, vals in zip(d.units, unit_keys, unit_vals):
+        if ks:
+            paths = [_below(prefix, k) or [] for k in ks]
+            unit._pyckpt_restore(_nested(paths, vals))
+    copy_values(pairs_src, pairs_dst, threads)
+    for f in finish:
+        f()
+    scalars = [np.empty(arr.shape, dtype=arr.dtype) for _, _, arr in setters]
+    copy_values([arr for _, _, arr in setters], scalars, threads)
+    for (setter, kind, _), value in zip(setters, scalars):
+        setter(rebuild_leaf(kind, value))
     return dst

@@ -6,10 +6,10 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from .._native import core as _core
 from ..errors import CorruptCheckpointError
 from ..format.source import CheckpointSource
 from .object_graph import StoredGraph
+from .snapshot import copy_values
 
 
 class ValueSource(Protocol):
@@ -24,8 +24,9 @@ class ValueSource(Protocol):
     def shape_dtype(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
         """``(shape, dtype)`` of the value under ``key``."""
 
-    def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
-        """Fills each of ``dsts`` with the verified value of the matching key."""
+    def read(self, keys: Sequence[str], dsts: Sequence[Any]) -> None:
+        """Fills each of ``dsts`` (host arrays, or ``DeviceArray``s filled on their
+        device) with the verified value of the matching key."""
 
 
 class StoredValues:
@@ -54,11 +55,13 @@ class StoredValues:
     def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
         """Reads the values of ``keys`` into ``dsts`` in one verified batch."""
         index = self.src.index
-        self.src.read([index[k] for k in keys], dsts)
+        self.src.fill([index[k] for k in keys], dsts)
 
 
 class SnapshotSource:
-    """Values of a Snapshot, copied out of its arrays."""
+    """Values of a Snapshot, copied out of its buffers: device to device where the
+    snapshot's copy and the target share a device (queued in order with the
+    caller's work), through the copy engine between host and device memory."""
 
     def __init__(self, snapshot: Any) -> None:
         self.snapshot = snapshot
@@ -73,6 +76,7 @@ class SnapshotSource:
         arr = self.snapshot.arrays[key]
         return arr.shape, arr.dtype
 
-    def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
-        """Copies the snapshot's arrays of ``keys`` into ``dsts`` (C++ core)."""
-        _core.copy_arrays([self.snapshot.arrays[k] for k in keys], list(dsts), 0)
+    def read(self, keys: Sequence[str], dsts: Sequence[Any]) -> None:
+        """Copies the snapshot's values of ``keys`` into ``dsts`` (host arrays or
+        DeviceArrays; ``snapshot.copy_values``)."""
+        copy_values([self.snapshot.arrays[k] for k in keys], dsts)

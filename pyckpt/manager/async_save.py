@@ -8,9 +8,12 @@ disks the writing starts while the copy is still running (``StagedSave``):
 each tensor is written as soon as it is staged, so an async save costs about
 as much disk time as a blocking one.
 
-Host memory: one staging copy of the state. The buffers are kept and reused
-by the next async save (no allocation, no first-touch page faults), and at
-most one save is in flight: a new save first waits for the previous one.
+Host memory: one staging copy of the state (``device.StagingBuffers``: plain
+memory for host values, one pinned buffer per device for device values, whose
+copies run on the device's copy stream). The buffers are kept and reused by
+the next async save (no allocation, no pinning, no first-touch page faults)
+and freed by ``close()``; ``warm()`` allocates them ahead of the first save.
+At most one save is in flight: a new save first waits for the previous one.
 With ``max_async_bytes`` set, a state larger than that is saved blocking.
 """
 
@@ -21,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..device.buffers import StagingBuffers
 
 
 class AsyncSaver:
@@ -30,21 +34,32 @@ class AsyncSaver:
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._buffers: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
+        self.staging = StagingBuffers()
+        self._warming: threading.Thread | None = None
 
-    def buffers(self, keys: list[str], srcs: list[np.ndarray]) -> list[np.ndarray]:
-        """Staging arrays for the given tensors, reused from the previous save when
-        shapes and dtypes match."""
-        old = self._buffers
-        out = []
-        for k, src in zip(keys, srcs):
-            buf = old.get(k)
-            if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
-                buf = np.empty(src.shape, dtype=src.dtype)
-            out.append(buf)
-        self._buffers = dict(zip(keys, out))
-        return out
+    def buffers(self, keys: list[str], srcs: list[Any]) -> list[np.ndarray]:
+        """Staging arrays for the given values (host arrays, DeviceArrays), reused
+        from the previous save when shapes and dtypes match."""
+        self._join_warming()
+        return self.staging.get(keys, srcs)
+
+    def warm(self, keys: list[str], srcs: list[Any]) -> None:
+        """Allocates (and pins) the staging buffers in the background, so that the
+        first async save does not pay for it."""
+        self._warming = threading.Thread(target=self.staging.get, args=(keys, srcs),
+                                         name="pyckpt-warm-staging", daemon=True)
+        self._warming.start()
+
+    def _join_warming(self) -> None:
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+
+    def release(self) -> None:
+        """Frees the staging buffers (after waiting for the in-flight save)."""
+        self._join_warming()
+        self.staging.release()
 
     def start(self, work: Callable[[], None]) -> None:
         """Runs ``work`` in a daemon thread, keeping its exception for ``wait``. Call

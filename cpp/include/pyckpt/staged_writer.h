@@ -11,6 +11,11 @@
 // Wait(); if it is not, Wait() abandons the write with an IOError.
 // Thread-safety: Stage and Wait from one thread at a time; the buffers (live
 // until Stage returns, staging until Wait returns) must stay alive.
+//
+// External staging: Start() with no live tensors leaves the copying to the
+// caller (device-to-host copies run by a copy engine): it fills the staging
+// buffers itself, in Order() ideally, and calls MarkReady(i) as each one lands.
+// Wait() abandons the write with an IOError unless every item was marked.
 #pragma once
 
 #include <memory>
@@ -38,6 +43,9 @@ class StagedWrite {
                const std::vector<ShardWriteItem>& items, const std::vector<TensorView>& live,
                const ShardWriteOptions& options);
   Status Stage(int threads);
+  // External staging (no live tensors given to Start).
+  std::vector<size_t> Order() const;
+  Status MarkReady(size_t item);
   Status Wait(ChecksumResult* result);
 
  private:
@@ -48,6 +56,9 @@ class StagedWrite {
   Status status_;
   bool staged_ = false;
   bool joined_ = true;
+  bool external_ = false;
+  std::vector<char> marked_;
+  size_t marked_count_ = 0;
 };
 
 }  // namespace pyckpt

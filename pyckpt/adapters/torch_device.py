@@ -1,0 +1,182 @@
+"""torch tensors in device memory (CUDA) as ``DeviceArray``s, and the copy engine
+that moves their bytes (``device/engine.py`` has the contract).
+
+``TorchCudaEngine`` (one per device):
+
+- device-to-host copies run on a dedicated copy stream that first waits for
+  the caller's current stream, so each copy sees the values of the moment it
+  was issued; each copy records an event (its ticket). The ticket keeps the
+  source tensor alive, so a tensor the program drops stays valid until its
+  copy landed.
+- host buffers are page-locked (``pin_memory``): copies from and to them are
+  asynchronous DMA at PCIe speed.
+- host-to-device copies run on the same stream; once their tickets are done
+  the caller's current stream is made to wait for the copy stream, so later
+  kernels see the loaded values.
+- device-to-device copies run on the caller's current stream (``copy_`` /
+  ``_foreach_copy_``), ordered with the caller's own work; nothing crosses PCIe.
+
+Nothing here runs without CUDA: on machines without it no tensor is a
+DeviceArray (CPU tensors are numpy views, ``torch_support.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..device.array import DeviceArray
+from ..device.engine import CopyEngine, Ticket
+
+__all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype"]
+
+_ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+
+
+def numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
+    """The numpy dtype with the same bytes as a torch dtype (ml_dtypes for bfloat16
+    and float8); TypeError when there is none."""
+    name = str(dtype).replace("torch.", "")
+    if name in _ML_NAMES:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError(f"torch.{name} tensors need ml_dtypes: pip install ml_dtypes") from None
+        return np.dtype(getattr(ml_dtypes, name))
+    if name == "bool":
+        return np.dtype(np.bool_)
+    try:
+        return np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
+    except TypeError:
+        raise TypeError(f"torch.{name} tensors cannot be saved (no numpy equivalent)") from None
+
+
+def torch_dtype(torch: Any, dtype: np.dtype) -> Any:
+    """The torch dtype with the same bytes as a numpy dtype."""
+    name = np.dtype(dtype).name
+    if name in _ML_NAMES or name == "bool":
+        return getattr(torch, name)
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+class _EventTicket(Ticket):
+    __slots__ = ("event", "keep")
+
+    def __init__(self, event: Any, keep: tuple) -> None:
+        self.event = event
+        self.keep = keep  # source and destination, alive until the copy landed
+
+    def done(self) -> bool:
+        if self.event.query():
+            self.keep = ()
+            return True
+        return False
+
+    def wait(self) -> None:
+        self.event.synchronize()
+        self.keep = ()
+
+
+class TorchCudaEngine(CopyEngine):
+    """The copy engine of one CUDA device (module doc)."""
+
+    name = "torch-cuda"
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self.torch = torch
+        self.device = torch.device(device)
+        self.stream = torch.cuda.Stream(device=self.device)
+        self._pinned: dict[int, Any] = {}  # id of a host buffer's numpy view -> its tensor
+
+    # -- host buffers --------------------------------------------------------------------
+    def alloc_host(self, nbytes: int) -> np.ndarray:
+        t = self.torch.empty(max(int(nbytes), 1), dtype=self.torch.uint8, pin_memory=True)
+        arr = t.numpy()[: int(nbytes)]
+        self._pinned[id(arr)] = t
+        return arr
+
+    def free_host(self, buf: np.ndarray) -> None:
+        self._pinned.pop(id(buf), None)
+
+    def _host_tensor(self, arr: np.ndarray) -> Any:
+        """A torch view of a host array (pinned when it lies in one of our buffers)."""
+        raw = self.torch.from_numpy(arr.reshape(-1).view(np.uint8))
+        return raw.view(torch_dtype(self.torch, arr.dtype)).view(arr.shape)
+
+    # -- copies ----------------------------------------------------------------------------
+    def _ticket(self, keep: tuple) -> Ticket:
+        ev = self.torch.cuda.Event()
+        ev.record(self.stream)
+        return _EventTicket(ev, keep)
+
+    def to_host(self, srcs: Sequence[DeviceArray], dsts: Sequence[np.ndarray]) -> list[Ticket]:
+        torch = self.torch
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        out = []
+        with torch.cuda.stream(self.stream):
+            for s, d in zip(srcs, dsts):
+                dst = self._host_tensor(d)
+                if s.nbytes:
+                    dst.copy_(s.obj, non_blocking=True)
+                out.append(self._ticket((s.obj, dst)))
+        return out
+
+    def to_device(self, srcs: Sequence[np.ndarray], dsts: Sequence[DeviceArray]) -> list[Ticket]:
+        torch = self.torch
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)  # the targets are not in use by queued work
+        out = []
+        with torch.cuda.stream(self.stream):
+            for s, d in zip(srcs, dsts):
+                src = self._host_tensor(s)
+                if d.nbytes:
+                    d.obj.copy_(src, non_blocking=True)
+                out.append(self._ticket((src, d.obj)))
+        current.wait_stream(self.stream)  # later work of the caller sees the new values
+        return out
+
+    def copy(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> None:
+        torch = self.torch
+        s = [x.obj for x in srcs]
+        d = [x.obj for x in dsts]
+        if not s:
+            return
+        foreach = getattr(torch, "_foreach_copy_", None)
+        with torch.no_grad():
+            if foreach is not None and all(a.is_contiguous() for a in s + d):
+                foreach(d, s)
+            else:
+                for a, b in zip(d, s):
+                    a.copy_(b)
+
+    def empty_like(self, src: DeviceArray) -> DeviceArray:
+        t = self.torch.empty_like(src.obj, memory_format=self.torch.contiguous_format)
+        return DeviceArray(t, src.shape, src.dtype, src.device, self)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+
+_ENGINES: dict[str, TorchCudaEngine] = {}
+_LOCK = threading.Lock()
+
+
+def engine_for(torch: Any, device: Any) -> TorchCudaEngine:
+    """The engine of a CUDA device (one per device and process)."""
+    key = str(torch.device(device))
+    with _LOCK:
+        eng = _ENGINES.get(key)
+        if eng is None:
+            eng = _ENGINES[key] = TorchCudaEngine(torch, key)
+        return eng
+
+
+def device_array(torch: Any, t: Any) -> DeviceArray:
+    """A CUDA tensor as a DeviceArray (detached; conjugation resolved)."""
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    return DeviceArray(t, tuple(t.shape), numpy_dtype(torch, t.dtype), str(t.device),
+                       engine_for(torch, t.device))
