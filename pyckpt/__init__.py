@@ -1,6 +1,6 @@
 """pyckpt: fast, verified, distributed checkpoints for machine-learning training state.
 
-Public API (see API.md / README.md):
+Public API (see docs/API.md / README.md):
 
 - values: :class:`Variable`, :class:`ShardedArray`
 - name-based checkpoints: :func:`save`, :func:`load`

@@ -1,4 +1,4 @@
-"""Inspection of checkpoints (API.md section 4): the seeds' tf.train.load_checkpoint,
+"""Inspection of checkpoints (docs/API.md section 4): the seeds' tf.train.load_checkpoint,
 list_variables, load_variable and latest_checkpoint."""
 
 from __future__ import annotations

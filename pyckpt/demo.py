@@ -35,21 +35,36 @@ def _state(rng: np.random.Generator) -> dict:
     }
 
 
-def run(directory: str | None = None, out: Callable[[str], None] = print) -> int:
-    """Runs the demo in ``directory`` (default: a temporary directory, removed at the
-    end), reporting each step through ``out``; returns 0 when every check passed,
-    else 1."""
+def run(directory: str | None = None, out: Callable[[str], None] = print,
+        keep: bool = False) -> int:
+    """Runs the demo in ``directory`` (kept), or by default in a temporary directory,
+    removed at the end unless ``keep``; reports each step through ``out``. Paths in a
+    directory that is removed at the end are shown relative to it (``ckpt-120``), so
+    that nothing printed names a path that no longer exists. Returns 0 when every
+    check passed, else 1."""
     rng = np.random.default_rng(0)
     state = _state(rng)
-    owned = directory is None
-    tmp = tempfile.TemporaryDirectory(prefix="pyckpt-demo-") if owned else None
-    root = tmp.name if tmp else directory
-    assert root is not None
+    removed = directory is None and not keep
+    tmp = tempfile.TemporaryDirectory(prefix="pyckpt-demo-") if removed else None
+    if tmp is not None:
+        root = tmp.name
+    elif directory is None:
+        root = tempfile.mkdtemp(prefix="pyckpt-demo-")
+    else:
+        root = directory
     path = os.path.join(root, "ckpt-120")
+
+    def shown(p: str | None) -> str:
+        """``p`` as printed: relative to a directory that is removed at the end."""
+        return str(p) if p is None or not removed else os.path.relpath(p, root)
+
     try:
+        if removed:
+            out("working in a temporary directory, removed at the end "
+                "(pyckpt demo --keep keeps it; --dir DIR writes into DIR)")
         t = time.perf_counter()
         pyckpt.save(state, path, metadata={"step": 120, "note": "pyckpt demo"})
-        out(f"saved   {path}  ({time.perf_counter() - t:.3f} s, durable)")
+        out(f"saved   {shown(path)}  ({time.perf_counter() - t:.3f} s, durable)")
         files = sorted(os.listdir(path))
         out(f"files   {', '.join(files)}")
 
@@ -75,8 +90,11 @@ def run(directory: str | None = None, out: Callable[[str], None] = print) -> int
         out(f"restore in place into a new model: {'yes' if same else 'NO'}")
 
         latest = pyckpt.latest_checkpoint(root)
-        out(f"latest  {latest}")
+        out(f"latest  {shown(latest)}")
+        if not removed:
+            out(f"kept    {root}  (try: pyckpt ls {root}; pyckpt inspect {path})")
         return 0 if ok and same and latest == path else 1
     finally:
         if tmp is not None:
             tmp.cleanup()
+            out("removed the temporary directory")

@@ -1,4 +1,4 @@
-"""Exceptions raised by pyckpt (API.md section 7).
+"""Exceptions raised by pyckpt (docs/API.md section 7).
 
 Every error about a checkpoint derives from :class:`CheckpointError`; the
 concrete classes also derive from the matching builtin so that existing

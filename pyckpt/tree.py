@@ -12,15 +12,17 @@ so that ``load`` rebuilds exactly what was saved.
 from __future__ import annotations
 
 import base64
+import sys
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from .device.array import DeviceArray
 from .registry import leaf_array
 from .sharded import ShardedArray
 from .variables import Variable
 
-__all__ = ["validate_key", "flatten", "unflatten", "nest_flat", "skeleton_leaves", "rebuild_leaf", "Leaf"]
+__all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat", "skeleton_leaves", "rebuild_leaf", "Leaf"]
 
 _MAX_DEPTH = 512
 
@@ -89,7 +91,7 @@ class Leaf:
 
     __slots__ = ("key", "array", "kind", "obj")
 
-    def __init__(self, key: str, array: np.ndarray, kind: str, obj: Any) -> None:
+    def __init__(self, key: str, array: np.ndarray | DeviceArray, kind: str, obj: Any) -> None:
         self.key = key
         self.array = array
         self.kind = kind  # "ndarray", "int", "float", "bool", "complex", "numpy_scalar"
@@ -100,8 +102,9 @@ _PY_KINDS = {bool: ("bool", np.bool_), int: ("int", np.int64), float: ("float", 
              complex: ("complex", np.complex128)}
 
 
-def as_array_leaf(obj: Any) -> tuple[np.ndarray, str] | None:
-    """(array, kind) when obj is an array-like leaf, else None."""
+def as_array_leaf(obj: Any) -> tuple[np.ndarray | DeviceArray, str] | None:
+    """(array, kind) when obj is an array-like leaf (a DeviceArray for a value in
+    device memory), else None."""
     if isinstance(obj, np.ndarray):
         return obj, "ndarray"
     if isinstance(obj, Variable):
@@ -146,8 +149,60 @@ def _join(prefix: str | None, part: Any) -> str:
 #   {"v": str | null}              static value
 #   {"b": base64}                  bytes
 
-def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], Any]:
-    """Returns the leaves (in tree order) and the JSON skeleton of ``tree``."""
+def describe_value(obj: Any) -> str:
+    """A short description of what was given, for error messages: "an int", "a str",
+    "a numpy.ndarray of shape (3,) and dtype float64", "a torch.Tensor of shape ..."."""
+    t = type(obj)
+    if obj is None:
+        return "None"
+    if t in (bytes, bytearray):
+        return f"a {t.__name__} object"
+    if t in _PY_KINDS or t is str:
+        return ("an " if t.__name__[0] in "aeiou" else "a ") + t.__name__
+    mod = t.__module__ or "builtins"
+    top = mod.split(".")[0]
+    jax = sys.modules.get("jax")
+    if top in ("jax", "jaxlib") and jax is not None and isinstance(obj, jax.Array):
+        name = "jax.Array"
+    elif mod == "builtins":
+        name = t.__qualname__
+    elif getattr(sys.modules.get(top), t.__qualname__, None) is t:  # exported at the top
+        name = f"{top}.{t.__qualname__}"
+    else:
+        name = f"{mod}.{t.__qualname__}"
+    shape, dtype = getattr(obj, "shape", None), getattr(obj, "dtype", None)
+    if shape is not None and not isinstance(obj, np.generic):
+        try:
+            name += f" of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
+        except TypeError:
+            pass
+    return ("an " if name[0].lower() in "aeiou" else "a ") + name
+
+
+def not_a_tree_error(obj: Any, caller: str) -> TypeError:
+    """The error for a root that is not a dict, list or tuple (module doc: a tree)."""
+    head = f"{caller} needs a tree (a dict, list or tuple of arrays); got {describe_value(obj)}"
+    if obj is None or as_array_leaf(obj) is not None or _static(obj) is not None:
+        value = "array" if getattr(obj, "shape", ()) != () else "value"
+        hint = f": give it a name, e.g. {{'x': {value}}}"
+        if isinstance(obj, str):
+            hint += f" (the tree comes first: {caller}(tree, path))"
+        return TypeError(head + hint)
+    if callable(getattr(obj, "state_dict", None)):
+        return TypeError(f"{head}: save its state, e.g. {{'model': obj.state_dict()}}")
+    if hasattr(obj, "save_counter") and callable(getattr(obj, "write", None)):
+        return TypeError(f"{head}: a Checkpoint saves itself (checkpoint.write(path) or "
+                         "checkpoint.save(prefix))")
+    return TypeError(f"{head}, which pyckpt cannot save: leaves must be arrays, Variables, "
+                     "numbers, str, bytes or None, inside a dict, list or tuple")
+
+
+def flatten(tree: Any, prefix: str = "", *, caller: str = "pyckpt.save") -> tuple[list[Leaf], Any]:
+    """Returns the leaves (in tree order) and the JSON skeleton of ``tree``. Without a
+    ``prefix`` the root must be a dict, list or tuple: anything else raises TypeError
+    saying what was given (``caller`` names the function in that message)."""
+    if not prefix and not isinstance(tree, (dict, list, tuple)):
+        raise not_a_tree_error(tree, caller)
     leaves: list[Leaf] = []
     seen: set[str] = set()
 
@@ -161,8 +216,7 @@ def flatten(tree: Any, prefix: str = "") -> tuple[list[Leaf], Any]:
             return {tag: [walk(v, _join(key, i), depth + 1) for i, v in enumerate(node)]}
         leaf = as_array_leaf(node)
         if leaf is not None:
-            if key is None:
-                raise TypeError("the tree is a single array: give it a name, e.g. {'x': array}")
+            assert key is not None  # the root is a container or has a prefix (above)
             validate_key(key)
             if key in seen:
                 raise ValueError(f"two leaves of the tree map to the same key {key!r}")

@@ -16,20 +16,31 @@ from typing import Any
 import numpy as np
 
 from .. import flat as flat_api
+from ..format.source import CheckpointSource
 from ..registry import register_adapter
+from ..device.array import DeviceArray
+from .jax_device import device_array, on_accelerator
 from ..saving import PendingSave
+from ..sources import open_source
+from ..tree import not_a_tree_error, skeleton_leaves
+
+# Python scalar leaves: restored as Python scalars, of the kind they were saved as
+_PY_SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool, "complex": complex}
 
 
 def _jax() -> Any:
     return sys.modules.get("jax")
 
 
-def to_numpy(obj: Any) -> np.ndarray | None:
-    """The ``leaf`` hook: a host numpy copy of a ``jax.Array``, else None (also when JAX
-    is not imported)."""
+def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
+    """The ``leaf`` hook: a host numpy copy of a ``jax.Array`` in host memory, a
+    DeviceArray for one on an accelerator (``jax_device.py``), else None (also when
+    JAX is not imported)."""
     jax = _jax()
     if jax is None or not isinstance(obj, jax.Array):
         return None
+    if on_accelerator(obj):  # staged in bulk: copy_to_host_async for every array at once
+        return device_array(obj)
     return np.asarray(obj)
 
 
@@ -54,20 +65,44 @@ def flatten(tree: Any) -> tuple[dict[str, Any], Any]:
 def save(tree: Any, path: Any, **kwargs: Any) -> str:
     """Saves any pytree (custom nodes included) as a flat checkpoint of its paths; returns
     the path once committed (a ``blocking=False`` save is waited for here)."""
-    flat, _ = flatten(tree)
+    flat, treedef = flatten(tree)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:  # the pytree is a single leaf
+        raise not_a_tree_error(tree, "pyckpt.adapters.jax_support.save")
     out = flat_api.save(flat, path, **kwargs)
     return out.wait() if isinstance(out, PendingSave) else out
 
 
+def _saved_kinds(src: CheckpointSource, select: Any, key_map: Any) -> dict[str, str]:
+    """target key -> the leaf kind recorded in the checkpoint's tree skeleton ("int",
+    "float", "ndarray"...; pyckpt.tree.flatten); empty when no skeleton was saved."""
+    try:
+        kinds = skeleton_leaves(src.tree) if src.tree is not None else {}
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError):
+        kinds = {}  # a malformed skeleton: targets keep their own kinds
+    keys = list(src.keys)
+    if select is not None:
+        keys = flat_api.select_keys(keys, select)
+    return {t: kinds.get(c, "ndarray") for c, t in flat_api.map_keys(keys, key_map).items()}
+
+
 def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     """A new pytree like ``target`` with every leaf read from ``path`` and placed like
-    the target's (shape and dtype must match)."""
+    the target's (shape and dtype must match). A target leaf that is a Python scalar
+    (int, float, bool, complex) comes back as a Python scalar: of the kind it was
+    saved as (an int saved as ``7`` is ``7``, not ``array(7)``), or of the target's
+    kind when the checkpoint stored an array there (its shape must be ``()``)."""
     import jax  # optional dependency
 
     flat, treedef = flatten(target)
-    holders = {k: np.empty(np.shape(v), dtype=np.asarray(v).dtype if not hasattr(v, "dtype") else v.dtype)
-               for k, v in flat.items()}
-    flat_api.load(path, into=holders, **kwargs)
+    src = open_source(path, kwargs.get("storage_options"))
+    saved = _saved_kinds(src, kwargs.get("select"), kwargs.get("key_map"))
+    holders: dict[str, Any] = {}
+    for k, v in flat.items():
+        if type(v) in _PY_SCALARS.values():  # replaced in `holders` by a scalar of that kind
+            holders[k] = _PY_SCALARS[saved[k]](0) if saved.get(k) in _PY_SCALARS else v
+        else:
+            holders[k] = np.empty(np.shape(v), dtype=np.asarray(v).dtype if not hasattr(v, "dtype") else v.dtype)
+    flat_api.load(src, into=holders, **kwargs)
     leaves = []
     for k, v in flat.items():
         arr = holders[k]

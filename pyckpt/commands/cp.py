@@ -1,5 +1,6 @@
 """``pyckpt cp SRC DST``: copy a checkpoint between any two fsspec URLs, streaming
-and verifying every chunk; ``.safetensors`` on either side converts."""
+and verifying every chunk; ``.safetensors`` on either side converts. An existing
+committed checkpoint (or file) at DST is replaced only with ``--force``."""
 
 from __future__ import annotations
 
@@ -7,21 +8,44 @@ import argparse
 
 from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError
+from ..format import INDEX_NAME
 from ..interop import safetensors as st
-from .common import add_output_options, add_storage_options, emit_json, fail, parse_options, progress_bar
+from ..storage import resolve
+from .common import (StoreProblem, add_output_options, add_storage_options, emit_json, fail,
+                     parse_options, progress_bar, reach, report_error)
+
+
+def _occupied(dst: str, options: dict | None) -> str | None:
+    """What at ``dst`` a copy would replace (a committed checkpoint, a file), or None."""
+    store, path = resolve(dst, options)
+    if st.is_safetensors_path(dst):
+        return f"{store.url(path)} already exists" if store.exists(path) else None
+    if store.exists(store.join(path, INDEX_NAME)):
+        return f"{store.url(path)} already holds a committed checkpoint"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt cp``: copies SRC to DST, or converts when either is a ``.safetensors``
-    file; returns the exit status (1 on failure). ``--src-storage-option`` and
+    file; refuses to replace a committed checkpoint (or a file) at DST unless
+    ``--force``; returns the exit status (1 on failure). ``--src-storage-option`` and
     ``--dst-storage-option`` add to (and override) ``--storage-option`` on their side."""
     both = parse_options(args.storage_option) or {}
     src_opts = {**both, **(parse_options(args.src_storage_option) or {})} or None
     dst_opts = {**both, **(parse_options(args.dst_storage_option) or {})} or None
+    if st.is_safetensors_path(args.src) and st.is_safetensors_path(args.dst):
+        return fail("copy safetensors files with any file tool; pyckpt cp converts formats")
+    try:
+        reach(args, args.src, src_opts)
+        reach(args, args.dst, dst_opts)
+        if not args.force:
+            there = _occupied(args.dst, dst_opts)
+            if there is not None:
+                return fail(f"cp: {there}; pass --force to replace it")
+    except (CheckpointError, OSError, TypeError, ValueError, StoreProblem) as e:
+        return report_error(args, e, "cp failed: ")
     callback, close = progress_bar(args, "copy")
     try:
-        if st.is_safetensors_path(args.src) and st.is_safetensors_path(args.dst):
-            return fail("copy safetensors files with any file tool; pyckpt cp converts formats")
         if st.is_safetensors_path(args.src):
             st.to_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
                              progress=callback)
@@ -32,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             copy_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
                             progress=callback)
     except (CheckpointError, OSError, TypeError, ValueError) as e:
-        return fail(f"cp failed: {e}")
+        return report_error(args, e, "cp failed: ")
     finally:
         close()
     if args.json:
@@ -44,11 +68,23 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``cp`` subcommand to the command line's subparsers."""
-    p = sub.add_parser("cp", help="copy (or convert to/from .safetensors) between any two URLs")
-    p.add_argument("src")
-    p.add_argument("dst")
+    p = sub.add_parser("cp", help="copy (or convert to/from .safetensors) between any two URLs",
+                       description="Copies a checkpoint between any two locations (local "
+                       "paths or fsspec URLs), verifying every chunk and committing the copy "
+                       "last; a .safetensors file on either side converts. An existing "
+                       "committed checkpoint (or file) at DST is replaced only with --force.")
+    p.add_argument("src", help="the checkpoint to copy (a run directory means its latest) or "
+                               "a .safetensors file: a local path or an fsspec URL")
+    p.add_argument("dst", help="where to write the copy (a checkpoint directory, or a "
+                               ".safetensors file to convert to): a local path or an fsspec URL")
+    p.add_argument("--force", "-f", action="store_true",
+                   help="replace a committed checkpoint (or a file) already at DST")
     add_storage_options(p)
-    p.add_argument("--src-storage-option", action="append", metavar="KEY=VALUE")
-    p.add_argument("--dst-storage-option", action="append", metavar="KEY=VALUE")
+    p.add_argument("--src-storage-option", action="append", metavar="KEY=VALUE",
+                   help="storage option for SRC only (repeatable), added to and overriding "
+                        "--storage-option; e.g. reading from one bucket, writing to another")
+    p.add_argument("--dst-storage-option", action="append", metavar="KEY=VALUE",
+                   help="storage option for DST only (repeatable), added to and overriding "
+                        "--storage-option")
     add_output_options(p)
     p.set_defaults(fn=run)

@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress as _progress
 from ..checkpoint_reader import load_checkpoint
-from .common import add_output_options, add_storage_options, emit_json, parse_options
+from .common import (add_output_options, add_storage_options, emit_json, natural_key,
+                     parse_options, progress_bar, reach)
 
 
 def compare(a: np.ndarray, b: np.ndarray) -> dict:
@@ -33,18 +35,32 @@ def compare(a: np.ndarray, b: np.ndarray) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt diff``: prints (or emits as JSON) the keys added, removed and
-    changed, reading one pair of tensors at a time; returns 0 when identical, else 1."""
+    changed (keys in natural order), reading one pair of tensors at a time under a
+    progress bar; returns 0 when identical, else 1."""
     so = parse_options(args.storage_option)
+    for url in (args.a, args.b):
+        reach(args, url, so)
     ra, rb = load_checkpoint(args.a, storage_options=so), load_checkpoint(args.b, storage_options=so)
     ka, kb = set(ra.keys()), set(rb.keys())
-    report: dict[str, Any] = {"a": ra.path, "b": rb.path, "added": sorted(kb - ka),
-                              "removed": sorted(ka - kb), "changed": {}, "equal": 0}
-    for key in sorted(ka & kb):  # one tensor at a time: memory stays at two tensors
-        result = compare(ra.get_tensor(key), rb.get_tensor(key))
-        if result["status"] == "equal":
-            report["equal"] += 1
-        else:
-            report["changed"][key] = result
+    report: dict[str, Any] = {"a": ra.path, "b": rb.path,
+                              "added": sorted(kb - ka, key=natural_key),
+                              "removed": sorted(ka - kb, key=natural_key), "changed": {},
+                              "equal": 0}
+    common = sorted(ka & kb, key=natural_key)
+    sa, sb = ra.source, rb.source
+    total = (sa.nbytes([sa.index_of(k) for k in common])
+             + sb.nbytes([sb.index_of(k) for k in common]))
+    callback, close = progress_bar(args, "diff")
+    try:
+        with _progress.reporting(callback, total):
+            for key in common:  # one tensor at a time: memory stays at two tensors
+                result = compare(ra.get_tensor(key), rb.get_tensor(key))
+                if result["status"] == "equal":
+                    report["equal"] += 1
+                else:
+                    report["changed"][key] = result
+    finally:
+        close()
     same = not (report["added"] or report["removed"] or report["changed"])
     if args.json:
         emit_json({**report, "identical": same})
@@ -65,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``diff`` subcommand to the command line's subparsers."""
-    p = sub.add_parser("diff", help="compare two checkpoints key by key")
-    p.add_argument("a")
-    p.add_argument("b")
+    p = sub.add_parser("diff", help="compare two checkpoints key by key",
+                       description="Compares two checkpoints key by key: keys added (+), "
+                       "removed (-) and changed (~, with max |a-b|). Exit status 0 when they "
+                       "are identical, 1 when they differ.")
+    p.add_argument("a", help="the first (older) checkpoint: a local path or an fsspec URL")
+    p.add_argument("b", help="the second (newer) checkpoint: a local path or an fsspec URL")
     add_storage_options(p)
     add_output_options(p)
     p.set_defaults(fn=run)

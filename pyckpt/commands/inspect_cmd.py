@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress as _progress
 from .._dtypes import dtype_name
 from ..checkpoint_reader import load_checkpoint
-from .common import add_output_options, add_storage_options, emit_json, human, parse_options
+from .common import (add_output_options, add_storage_options, emit_json, human, natural_key,
+                     parse_options, progress_bar, reach)
 
 
 def tensor_stats(arr: np.ndarray) -> dict:
@@ -36,11 +38,21 @@ def tensor_stats(arr: np.ndarray) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt inspect``: the checkpoint's summary and key table, or with KEY that
-    tensor's ``tensor_stats``; returns the exit status (0)."""
-    reader = load_checkpoint(args.path, storage_options=parse_options(args.storage_option))
+    tensor's ``tensor_stats`` (read under a progress bar); keys in natural order (``w/2``
+    before ``w/10``); returns the exit status (0)."""
+    options = parse_options(args.storage_option)
+    reach(args, args.path, options)
+    reader = load_checkpoint(args.path, storage_options=options)
     src = reader.source
     if args.key is not None:
-        stats = {"key": args.key, **tensor_stats(reader.get_tensor(args.key))}
+        i = src.index_of(args.key)  # an unknown key fails before the bar appears
+        callback, close = progress_bar(args, "read")
+        try:
+            with _progress.reporting(callback, src.nbytes([i])):
+                value = reader.get_tensor(args.key)
+        finally:
+            close()
+        stats = {"key": args.key, **tensor_stats(value)}
         if args.json:
             emit_json(stats)
         else:
@@ -50,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     tensors: list[dict[str, Any]] = [
         {"key": k, "dtype": dtype_name(src.dtype(i)), "shape": list(src.shape(i)),
          "bytes": math.prod(src.shape(i)) * src.dtype(i).itemsize, "blocks": src.blocks(i)}
-        for i, k in enumerate(src.keys)]
+        for i, k in sorted(enumerate(src.keys), key=lambda ik: natural_key(ik[1]))]
     graph = src.graph
     facts = src.describe()
     summary: dict[str, Any] = {
@@ -80,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(og['root_edges'])}")
     print()
     width = max([len(t["key"]) for t in tensors] + [3])
-    for t in sorted(tensors, key=lambda t: t["key"]):
+    for t in tensors:
         extra = f"  ({t['blocks']} blocks)" if t["blocks"] > 1 else ""
         print(f"{t['key']:{width}s}  {t['dtype']:10s} {str(tuple(t['shape'])):18s} "
               f"{human(t['bytes']):>10s}{extra}")
@@ -89,9 +101,15 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``inspect`` subcommand to the command line's subparsers."""
-    p = sub.add_parser("inspect", help="show keys, dtypes, shapes, metadata; or one tensor's stats")
-    p.add_argument("path")
-    p.add_argument("key", nargs="?")
+    p = sub.add_parser("inspect", help="show keys, dtypes, shapes, metadata; or one tensor's stats",
+                       description="Shows a checkpoint's summary and its tensors (key, dtype, "
+                       "shape, bytes) in natural key order, or with KEY that tensor's summary "
+                       "statistics.")
+    p.add_argument("path", help="checkpoint, run directory (its latest checkpoint) or "
+                                ".safetensors file: a local path or an fsspec URL")
+    p.add_argument("key", nargs="?", help="a tensor's key (e.g. params/w): read it and show its "
+                                          "dtype, shape, min/max/mean/std, NaN/inf counts and "
+                                          "first values")
     add_storage_options(p)
     add_output_options(p)
     p.set_defaults(fn=run)

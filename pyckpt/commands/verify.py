@@ -11,7 +11,8 @@ from ..checkpoint_reader import load_checkpoint
 from ..engine import attempts
 from ..errors import CheckpointError
 from ..storage import resolve
-from .common import add_output_options, add_storage_options, emit_json, fail, parse_options, progress_bar
+from .common import (StoreProblem, add_output_options, add_storage_options, describe_error,
+                     emit_json, parse_options, progress_bar, reach, report_error)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     removed: list[str] = []
     try:
         options = parse_options(args.storage_option)
+        reach(args, args.path, options)
         reader = load_checkpoint(args.path, storage_options=options)
         callback, close = progress_bar(args, "verify")
         try:
@@ -30,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
             close()
         if args.fix:
             removed = attempts.sweep(*resolve(reader.path, options))
-    except (CheckpointError, OSError) as e:
+    except (CheckpointError, OSError, StoreProblem) as e:
         if args.json:
-            emit_json({"path": args.path, "ok": False, "error": str(e)})
+            emit_json({"path": args.path, "ok": False, "error": describe_error(e, args)})
             return 1
-        return fail(f"FAILED: {e}")
+        return report_error(args, e, "FAILED: ")
     if args.json:
         out = {"path": reader.path, "ok": True, "tensors": len(reader.keys()),
                "bytes": reader.nbytes()}
@@ -50,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``verify`` subcommand to the command line's subparsers."""
-    p = sub.add_parser("verify", help="check every checksum (exit status 1 on any failure)")
-    p.add_argument("path")
+    p = sub.add_parser("verify", help="check every checksum (exit status 1 on any failure)",
+                       description="Reads every byte of a checkpoint and checks every checksum; "
+                       "exit status 1 on any failure, naming the key, file and byte range.")
+    p.add_argument("path", help="checkpoint, run directory (its latest checkpoint) or "
+                                ".safetensors file: a local path or an fsspec URL")
     p.add_argument("--fix", action="store_true",
                    help="then remove orphaned data files (of racing or killed saves) that no "
                         "committed index references")

@@ -101,7 +101,8 @@ class StagingBuffers:
                 buf = np.empty(s.shape, dtype=s.dtype)
             host[k] = buf
             out.append(buf)
-        self._host = host
+        if copy_host:
+            self._host = host
         return out
 
     def _fit(self, need: dict[CopyEngine, int]) -> None:

@@ -1,4 +1,4 @@
-"""Multi-worker saves over an existing distributed engine (API.md section 6)."""
+"""Multi-worker saves over an existing distributed engine (docs/API.md section 6)."""
 
 from .comm import (
     Communicator,

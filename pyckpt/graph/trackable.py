@@ -1,4 +1,4 @@
-"""``pyckpt.Trackable``: objects joined by named attribute edges (API.md section 2).
+"""``pyckpt.Trackable``: objects joined by named attribute edges (docs/API.md section 2).
 
 Assigning an attribute whose value is a Variable, an ndarray, a Trackable, or
 a list / tuple / dict (nested) of those creates a dependency edge named after

@@ -1,9 +1,11 @@
-"""``pyckpt.CheckpointManager`` (API.md section 3): numbered checkpoints of a
+"""``pyckpt.CheckpointManager`` (docs/API.md section 3): numbered checkpoints of a
 training run in one directory, retention, crash recovery, async saves.
 
 Save sequence (docs/PROTOCOL.md, "Manager"):
  1. wait for the previous async save (raising its error, if any);
- 2. take or renew the writer lease; on the first save, clean up leftovers of
+ 2. take or renew the writer lease (a newer manager of this process takes it
+    over from an older one, after that one's save in flight; a lease taken anew
+    re-reads the state file); on the first save, clean up leftovers of
     crashed runs (uncommitted ``<name>-<N>`` directories, half-done deletions);
  3. write and commit ``<directory>/<name>-<N>`` (in the background when
     ``blocking=False``, from a staging copy made before returning);
@@ -29,11 +31,13 @@ from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
 from ..graph.object_graph import LiveGraph, traverse
 from ..storage import resolve
+from ..device.staging import has_device_values
 from .async_save import AsyncSaver
 from .lock import WriterLease
 from .retention import check_mode, preserve, select_removals
 from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
-                          committed_steps, parse_step, recover_state, write_state)
+                          committed_steps, parse_step, read_state, recover_state,
+                          write_state)
 
 _LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
 
@@ -85,6 +89,7 @@ class CheckpointManager:
         self._comm = comm
         self._lease = WriterLease(self._store, self._dir, lease_seconds, clock)
         self._async = AsyncSaver()
+        self._warm_staging()
         self._last_step: int | None = None
         self._cleaned = False
         self._state = self._recover()
@@ -161,9 +166,57 @@ class CheckpointManager:
         lead = not multi or (comm is not None and comm.rank == 0)
         if lead:
             self._store.makedirs(self._dir)
-            self._lease.refresh()
-            if not self._cleaned:
+            self._begin_writing()
+        handed_off = False  # the lease's save-in-flight mark passes to the background save
+        try:
+            if lead and not self._cleaned:
                 self._cleanup_leftovers()
+            url = self._save_numbered(checkpoint_number, metrics, blocking, comm, multi, lead)
+            if isinstance(url, str):
+                return url
+            work, finish_url = url
+            handed_off = True
+            try:
+                self._async.start(work)
+            except BaseException:
+                handed_off = False
+                raise
+            return finish_url
+        finally:
+            if lead and not handed_off:
+                self._lease.end()
+
+    def _begin_writing(self) -> None:
+        """Step 3: checks or takes the writer lease and marks a save in flight. A lease
+        taken now (from nobody, a dead holder or an older manager of this process)
+        means another manager may have saved since this one read the directory: the
+        state is read again (keeping this manager's keep_checkpoint_every_n_hours
+        anchor when the directory has no state of its name yet)."""
+        begun = self._lease.begin()
+        if begun == "held":
+            return
+        try:
+            fresh = self._recover()
+            stored = read_state(self._store, self._dir)
+            if stored is None or stored.checkpoint_name != self._name:
+                fresh.last_preserved_time = self._state.last_preserved_time
+            self._state = fresh
+            if begun == "taken over":
+                warnings.warn(
+                    f"CheckpointManager of {self.directory} takes the directory over from an "
+                    "older CheckpointManager of this process that still exists (still "
+                    "referenced: by a variable, a list, a notebook's output history...). Its "
+                    "saves now raise ConcurrentWriterError. close() the old manager, or create "
+                    "managers with `with`, to end it cleanly.", stacklevel=3)
+        except BaseException:  # (also a warning turned into an error) no save is in flight
+            self._lease.end()
+            raise
+
+    def _save_numbered(self, checkpoint_number: Any, metrics: dict | None, blocking: bool,
+                       comm: Communicator | None, multi: bool,
+                       lead: bool) -> str | tuple[Callable[[], None], str]:
+        """Steps 4-7: the path of a finished save, or (background work, path) of an
+        async one whose copy is made."""
         counter = self._checkpoint.save_counter
         with saving.numbered(counter) as counted:  # a failure below gives the number back
             number = int(checkpoint_number) if checkpoint_number is not None else counted
@@ -192,16 +245,18 @@ class CheckpointManager:
 
         def finish() -> None:
             try:
-                work()
-            except BaseException as e:
-                if int(counter) == counted:  # untouched since: give the number back
-                    counter.assign_sub(1)
-                self._roll_back(path, name, e)
-                raise
-            self._record(name, number, metrics)
+                try:
+                    work()
+                except BaseException as e:
+                    if int(counter) == counted:  # untouched since: give the number back
+                        counter.assign_sub(1)
+                    self._roll_back(path, name, e)
+                    raise
+                self._record(name, number, metrics)
+            finally:
+                self._lease.end()  # a newer manager waiting to take over may go on
 
-        self._async.start(finish)
-        return url
+        return finish, url
 
     def _warn_if_below(self, number: int) -> None:
         """Numbering at or below an existing checkpoint is allowed (TensorFlow does it),
@@ -213,7 +268,7 @@ class CheckpointManager:
                 f"{self._name}-{max(steps)} exists: it becomes the latest checkpoint and the "
                 "older ones are retired first. Restore before training on "
                 "(manager.restore_or_initialize()) to continue the run's numbering.",
-                stacklevel=3)
+                stacklevel=4)  # save -> _save_numbered -> here
 
     def _roll_back(self, path: str, name: str, error: BaseException) -> None:
         """After a failed save: the checkpoint does not count. Removes its directory
@@ -235,6 +290,17 @@ class CheckpointManager:
         srcs = [live.array_of(n) for n in live.values]
         return saving.stage(self._store, path, keys, srcs, self._async.buffers(keys, srcs),
                             graph=live.to_json())
+
+    def _warm_staging(self) -> None:
+        """With values in device memory already tracked, allocates (pins) the async
+        saves' staging buffers in the background now, off the first save's path."""
+        try:
+            live = traverse(self._checkpoint)
+            srcs = [live.array_of(n) for n in live.values]
+        except Exception:  # noqa: BLE001 - only an optimisation: the save reports problems
+            return
+        if has_device_values(srcs):
+            self._async.warm(live.value_keys(), srcs)
 
     def _async_fits(self, live: LiveGraph) -> bool:
         if self._max_async_bytes is None:
@@ -319,11 +385,15 @@ class CheckpointManager:
         return None
 
     def close(self) -> None:
-        """Waits for pending work and gives up the writer lease."""
+        """Waits for pending work, frees the staging buffers of async saves (pinned
+        memory for device values) and gives up the writer lease."""
         try:
             self._async.wait()
         finally:
-            self._lease.release()
+            try:
+                self._async.release()
+            finally:
+                self._lease.release()
 
     def __del__(self) -> None:
         lease = self.__dict__.get("_lease")

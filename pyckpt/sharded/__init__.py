@@ -1,4 +1,4 @@
-"""``pyckpt.ShardedArray``: one worker's block of a global array (API.md section 6)."""
+"""``pyckpt.ShardedArray``: one worker's block of a global array (docs/API.md section 6)."""
 
 from __future__ import annotations
 

@@ -162,15 +162,17 @@ def test_restore_or_initialize(tmp_path):
     assert calls == ["init"] and float(ck2.v[0]) == 3.0 and int(ck2.save_counter) == 1
 
 
-def test_two_managers_writing_one_directory_are_refused(tmp_path):
+def test_a_newer_manager_in_one_process_takes_the_directory_over(tmp_path):
     a = pyckpt.CheckpointManager(make_ckpt(), tmp_path)
     b = pyckpt.CheckpointManager(make_ckpt(), tmp_path)
     a.save()
-    with pytest.raises(pyckpt.ConcurrentWriterError, match="another CheckpointManager"):
+    with pytest.warns(UserWarning, match="takes the directory over"):
         b.save()
+    with pytest.raises(pyckpt.ConcurrentWriterError, match="taken over by a newer"):
+        a.save()  # the older one never interleaves
     assert isinstance(pyckpt.ConcurrentWriterError("x"), pyckpt.CheckpointError)
     a.close()
-    b.save()  # the directory is free again
+    b.save()
     with pytest.raises(pyckpt.ConcurrentWriterError, match="taken over"):
         a._lease.held = True  # a stale manager that still believes it owns the lease
         a.save()
