@@ -88,17 +88,37 @@ class TorchCudaEngine(CopyEngine):
         self.torch = torch
         self.device = torch.device(device)
         self.stream = torch.cuda.Stream(device=self.device)
-        self._pinned: dict[int, Any] = {}  # id of a host buffer's numpy view -> its tensor
+        self._pinned: dict[int, tuple[str, Any]] = {}  # id(buffer) -> (kind, its owner)
 
     # -- host buffers --------------------------------------------------------------------
     def alloc_host(self, nbytes: int) -> np.ndarray:
-        t = self.torch.empty(max(int(nbytes), 1), dtype=self.torch.uint8, pin_memory=True)
-        arr = t.numpy()[: int(nbytes)]
-        self._pinned[id(arr)] = t
+        """Page-locked host memory of exactly ``nbytes``: a plain buffer registered with
+        CUDA (``cudaHostRegister``). torch's pinned allocator is the fallback; it
+        rounds every block up to a power of two, which would pin up to twice the
+        state."""
+        n = int(nbytes)
+        if n == 0:
+            return np.empty(0, dtype=np.uint8)
+        arr = np.empty(n, dtype=np.uint8)
+        try:
+            cudart = self.torch.cuda.cudart()
+            err = cudart.cudaHostRegister(arr.ctypes.data, n, 0)
+            ok = int(getattr(err, "value", err)) == 0
+        except (AttributeError, RuntimeError, TypeError):
+            ok = False
+        if ok:
+            self._pinned[id(arr)] = ("registered", arr)
+            return arr
+        t = self.torch.empty(n, dtype=self.torch.uint8, pin_memory=True)
+        arr = t.numpy()
+        self._pinned[id(arr)] = ("torch", t)
         return arr
 
     def free_host(self, buf: np.ndarray) -> None:
-        self._pinned.pop(id(buf), None)
+        kind, owner = self._pinned.pop(id(buf), ("", None))
+        if kind == "registered" and owner is not None:
+            self.synchronize()  # no copy may still use it
+            self.torch.cuda.cudart().cudaHostUnregister(owner.ctypes.data)
 
     def _host_tensor(self, arr: np.ndarray) -> Any:
         """A torch view of a host array (pinned when it lies in one of our buffers)."""

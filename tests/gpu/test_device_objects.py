@@ -1,0 +1,191 @@
+"""torch objects on the GPU through the object graph: an nn.Module and its AdamW
+optimizer saved with pyckpt.Checkpoint and restored into fresh GPU objects;
+pyckpt.copy_state and Checkpoint.snapshot() / restore(snapshot) between CUDA modules."""
+
+from __future__ import annotations
+
+import pytest
+
+import pyckpt
+
+torch = pytest.importorskip("torch")
+
+DEV = "cuda:0"
+
+
+def make_model(seed: int):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+        torch.nn.Linear(32, 8)).to(DEV)
+
+
+def train(model, opt, steps: int, seed: int) -> None:
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        x = torch.randn(64, 16, generator=g, device=DEV)
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+def tensors_of(model) -> dict:
+    """Parameters and buffers (running stats, num_batches_tracked), by state_dict name."""
+    return dict(model.state_dict())
+
+
+def clone_state(model) -> dict:
+    return {k: t.detach().clone() for k, t in tensors_of(model).items()}
+
+
+def assert_state(model, want: dict) -> None:
+    got = tensors_of(model)
+    assert set(got) == set(want)
+    for k, t in got.items():
+        assert t.device == want[k].device, (k, t.device)
+        assert t.dtype == want[k].dtype, (k, t.dtype)
+        assert torch.equal(t, want[k]), k
+
+
+def pointers(model) -> dict:
+    return {k: t.data_ptr() for k, t in tensors_of(model).items()}
+
+
+def make_opt(model, kind: str):
+    if kind == "fused":
+        try:
+            return torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        except (TypeError, RuntimeError) as e:
+            pytest.skip(f"fused AdamW unavailable: {e}")
+    return torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def opt_state(opt, model) -> dict:
+    """name -> {state key: tensor} of an optimizer over ``model``'s parameters."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)]: dict(s) for p, s in opt.state.items()}
+
+
+@pytest.mark.parametrize("kind", ["default", "fused"])
+def test_module_and_adamw_restore_into_fresh_gpu_objects(tmp_path, kind):
+    model = make_model(0)
+    opt = make_opt(model, kind)
+    train(model, opt, 3, seed=1)
+    path = pyckpt.Checkpoint(model=model, optimizer=opt).save(str(tmp_path / "ckpt"))
+
+    model2 = make_model(7)
+    opt2 = make_opt(model2, kind)  # no state yet: restored through load_state_dict
+    ptrs = pointers(model2)
+    pyckpt.Checkpoint(model=model2, optimizer=opt2).restore(path).assert_existing_objects_matched()
+    torch.cuda.synchronize()
+
+    assert pointers(model2) == ptrs, "module tensors must be filled in place"
+    assert_state(model2, clone_state(model))
+    want, got = opt_state(opt, model), opt_state(opt2, model2)
+    assert set(got) == set(want)
+    for name, state in want.items():
+        assert set(got[name]) == set(state), name
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                other = got[name][key]
+                assert isinstance(other, torch.Tensor), (name, key)
+                assert other.device == value.device, (name, key, other.device, value.device)
+                assert torch.equal(other, value), (name, key)
+            else:
+                assert got[name][key] == value, (name, key)
+    for p in model2.parameters():
+        assert p.is_cuda
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert opt2.state[p][key].is_cuda, key
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+    # Both continue identically: the restored optimizer is the saved one.
+    train(model, opt, 2, seed=9)
+    train(model2, opt2, 2, seed=9)
+    assert_state(model2, clone_state(model))
+
+
+def test_copy_state_between_cuda_modules(tmp_path):
+    src, dst = make_model(0), make_model(1)
+    train(src, make_opt(src, "default"), 1, seed=2)  # running stats and counters move too
+    ptrs = pointers(dst)
+    pyckpt.copy_state(pyckpt.Checkpoint(model=src), pyckpt.Checkpoint(model=dst))
+    assert pointers(dst) == ptrs
+    assert_state(dst, clone_state(src))
+
+
+def test_copy_state_between_cuda_state_dicts():
+    src, dst = make_model(2), make_model(3)
+    ptrs = pointers(dst)
+    pyckpt.copy_state(src.state_dict(), dst.state_dict())
+    assert pointers(dst) == ptrs
+    assert_state(dst, clone_state(src))
+
+
+def test_copy_state_strict_reports_a_mismatch():
+    src = {"w": torch.zeros(3, 4, device=DEV)}
+    dst = {"w": torch.zeros(4, 3, device=DEV)}
+    with pytest.raises(ValueError):
+        pyckpt.copy_state(src, dst)
+
+
+def test_snapshot_keeps_the_values_of_its_call_and_restores_in_place():
+    model = make_model(4)
+    ckpt = pyckpt.Checkpoint(model=model)
+    before = clone_state(model)
+    snap = ckpt.snapshot()
+    with torch.no_grad():  # changed right away, on the same stream
+        for p in model.parameters():
+            p.mul_(-3).add_(1)
+    changed = clone_state(model)
+    assert not all(torch.equal(changed[k], before[k]) for k in before)
+
+    other = make_model(5)
+    ptrs = pointers(other)
+    pyckpt.Checkpoint(model=other).restore(snap)
+    assert pointers(other) == ptrs
+    assert_state(other, before)
+
+    ptrs = pointers(model)
+    ckpt.restore(snap)
+    assert pointers(model) == ptrs
+    assert_state(model, before)
+
+
+def test_snapshot_into_reuses_and_refreshes():
+    model = make_model(6)
+    ckpt = pyckpt.Checkpoint(model=model)
+    snap = ckpt.snapshot()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+    now = clone_state(model)
+    snap2 = ckpt.snapshot(into=snap)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    target = make_model(8)
+    pyckpt.Checkpoint(model=target).restore(snap2)
+    assert_state(target, now)
+
+
+def test_snapshot_of_a_checkpoint_with_optimizer_state_restores(tmp_path):
+    model = make_model(9)
+    opt = make_opt(model, "default")
+    train(model, opt, 2, seed=3)
+    ckpt = pyckpt.Checkpoint(model=model, optimizer=opt)
+    snap = ckpt.snapshot()
+    want_model, want_opt = clone_state(model), {
+        n: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+        for n, s in opt_state(opt, model).items()}
+    train(model, opt, 2, seed=4)  # moves parameters and optimizer state on
+    ckpt.restore(snap)
+    assert_state(model, want_model)
+    got = opt_state(opt, model)
+    for name, state in want_opt.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(got[name][key].to(value.device), value), (name, key)
