@@ -6,10 +6,11 @@ One run measures, on a deterministic model-like state (~1 GiB by default):
 * durable SAVE: raw 2-thread pwrite+fsync limit, pyckpt.save, safetensors, torch.save,
   torch DCP (FileSystemWriter, 2 threads), np.savez; every peer is followed by an
   fsync of each file it wrote and of its directory (pyckpt.save syncs by itself);
-* LOAD with a warm page cache: raw 2-thread preadv limit, pyckpt.load (plus its mmap
-  and into= variants, reported separately), safetensors, torch.load, DCP into
-  preallocated tensors, np.load of the npz;
+* LOAD with a warm page cache: raw 2-thread preadv limit into new arrays and into
+  preallocated ones, pyckpt.load (plus its mmap and into= variants, reported
+  separately), safetensors, torch.load, DCP into preallocated tensors, np.load of the npz;
 * LOAD with a cold page cache (only where /proc/sys/vm/drop_caches is writable);
+* CPU time (user, system) and page faults of the raw and pyckpt warm loads;
 * CRC32C throughput on one core; peak extra memory of pyckpt.save / pyckpt.load(into=).
 
 Contenders are interleaved (every round runs each one once, in a rotating order) and
@@ -22,8 +23,11 @@ See benchmarks/README.md for how to read the output.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
+import resource
 import shutil
+import statistics
 import sys
 import time
 import warnings
@@ -38,7 +42,7 @@ from harness import (GiB, MiB, RAW_THREADS, Column, Group, PeakMemory, RawFiles,
                      machine_header, make_workdir, name_column, optional_import, parse, parser,
                      print_errors, print_plan, print_table, raw_pwrite, run_interleaved,
                      run_threads, state_text, summarize, throughput, throughput_columns, timed,
-                     touch_ballast, touched_like, verify_tree, version_of, write_report,
+                     touch_ballast, verify_tree, version_of, write_report,
                      zero_first_round)
 from model_state import build_state, describe_state
 
@@ -170,6 +174,21 @@ def raw_load(h: RawFiles, ctx) -> dict[str, np.ndarray]:
     return out
 
 
+def raw_load_into(h: RawFiles, ctx) -> dict[str, np.ndarray]:
+    # The same reads into the preallocated, touched buffers of the into= loads: the limit
+    # of pyckpt.load(into=), which allocates nothing and takes no first-touch faults.
+    def read_part(i: int) -> None:
+        fd = os.open(h.files[i], os.O_RDONLY)
+        try:
+            for key, offset, _, _ in h.plans[i]:
+                _preadv_all(fd, memoryview(ctx.into_numpy[key]).cast("B"), offset)
+        finally:
+            os.close(fd)
+
+    run_threads(read_part, RAW_THREADS)
+    return ctx.into_numpy
+
+
 # ---------------------------------------------------------------------------
 # pyckpt
 # ---------------------------------------------------------------------------
@@ -257,6 +276,8 @@ def npz_load(h: Path, ctx):
 PYCKPT_SAVE = "pyckpt.save"
 PYCKPT_LOAD = "pyckpt.load"
 PYCKPT_INTO = "pyckpt.load(into=)"
+RAW_LOAD = "raw preadv limit"
+RAW_INTO = "raw preadv limit (into)"
 
 
 @dataclasses.dataclass
@@ -280,7 +301,8 @@ class Format:
 
 FORMATS = [
     Format("raw pwrite limit", raw_save,
-           [LoadSpec("raw preadv limit", raw_load, compare_to=PYCKPT_LOAD, cold=True)],
+           [LoadSpec(RAW_LOAD, raw_load, compare_to=PYCKPT_LOAD, cold=True),
+            LoadSpec(RAW_INTO, raw_load_into, kind="into", compare_to=PYCKPT_INTO)],
            is_limit=True),
     Format(PYCKPT_SAVE, pyckpt_save,
            [LoadSpec(PYCKPT_LOAD, pyckpt_load, cold=True),
@@ -306,13 +328,44 @@ class Context:
     """Inputs prepared once, outside any timing."""
     state: dict[str, np.ndarray]
     nbytes: int
-    into_numpy: dict[str, np.ndarray]   # preallocated, touched buffers for into= loads
+    into_numpy: dict[str, np.ndarray]   # preallocated, touched, page-aligned buffers (into=)
     torch_tensors: dict | None = None   # torch.from_numpy views of the state
     into_torch: dict | None = None      # torch views of into_numpy (DCP loads into them)
 
 
+PAGE = 4096
+
+
+def page_aligned_like(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Zeroed buffers shaped like ``arrays``, every page touched now (not inside a timed load),
+    each starting at a page boundary: a buffer from plain np.empty often starts 16 bytes past
+    one, where the kernel's copy from the page cache is 4K-aliased and several times slower
+    on some CPUs (README, "Fresh-array loads"), which would make a poor limit."""
+    out = {}
+    for k, a in arrays.items():
+        raw = np.empty(a.nbytes + PAGE, dtype=np.uint8)
+        start = -raw.ctypes.data % PAGE
+        b = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+        b.fill(0)
+        out[k] = b
+    return out
+
+
+def aliased_fraction(h: RawFiles, arrays: dict[str, np.ndarray]) -> float:
+    """Share of the bytes that the raw limit read with a 4K-aliased copy: destination 1-63
+    bytes past the file offset, modulo 4 KiB."""
+    bad = total = 0
+    for plan in h.plans:
+        for key, offset, _, _ in plan:
+            a = arrays[key]
+            total += a.nbytes
+            if 0 < (a.ctypes.data - offset) % PAGE < 64:
+                bad += a.nbytes
+    return bad / total if total else 0.0
+
+
 def make_context(state: dict[str, np.ndarray]) -> Context:
-    into = touched_like(state)  # pages touched now, not inside a timed load
+    into = page_aligned_like(state)
     ctx = Context(state, sum(a.nbytes for a in state.values()), into)
     if torch is not None:
         ctx.torch_tensors = {k: torch.from_numpy(a) for k, a in state.items()}
@@ -441,6 +494,72 @@ def bench_crc(nbytes: int = 256 * MiB, reps: int = 3) -> dict:
     return out
 
 
+def _rusage() -> tuple[float, float, int]:
+    ru = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return ru.ru_utime, ru.ru_stime, ru.ru_minflt
+
+
+def bench_load_cpu(ctx: Context, workdir: Path, reps: int) -> dict:
+    """Where the warm loads spend their time: wall, CPU (user and system, all threads) and
+    minor page faults of the raw limits and of pyckpt's loads, medians of ``reps``
+    interleaved rounds (ballast before each). The raw limits verify nothing: pyckpt's extra
+    user time is its CRC-32C check; faults (and the system time they cost) come from first
+    touches of new arrays, which the fresh loads take and the into= loads do not."""
+    if pyckpt is None:
+        print("\n  note: pyckpt missing, CPU-time breakdown skipped")
+        return {}
+    raw_dir, ck_dir = workdir / "cpu-raw", workdir / "cpu-pyckpt"
+    for d in (raw_dir, ck_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    try:
+        raw = raw_save(ctx.state, raw_dir, ctx)
+        pyckpt.save(ctx.state, str(ck_dir))
+        warm_read(workdir)
+        ops = {RAW_LOAD: lambda: raw_load(raw, ctx), PYCKPT_LOAD: lambda: pyckpt_load(ck_dir, ctx),
+               RAW_INTO: lambda: raw_load_into(raw, ctx),
+               PYCKPT_INTO: lambda: pyckpt_load_into(ck_dir, ctx)}
+        rows: dict[str, list[tuple[float, float, float, int]]] = {n: [] for n in ops}
+        aliased: dict[str, list[float]] = {RAW_LOAD: [], RAW_INTO: []}
+        for rnd in range(reps):
+            for name in list(ops)[rnd % len(ops):] + list(ops)[:rnd % len(ops)]:
+                touch_ballast(ctx.nbytes)
+                gc.collect()
+                gc.disable()
+                try:
+                    u0, s0, f0 = _rusage()
+                    t0 = time.perf_counter()
+                    out = ops[name]()
+                    t = time.perf_counter() - t0
+                    u1, s1, f1 = _rusage()
+                finally:
+                    gc.enable()
+                if name in aliased:
+                    aliased[name].append(aliased_fraction(raw, out))
+                del out
+                rows[name].append((t, u1 - u0, s1 - s0, f1 - f0))
+    finally:
+        for d in (raw_dir, ck_dir):
+            shutil.rmtree(d, ignore_errors=True)
+    out = {}
+    for name, v in rows.items():
+        wall, user, sys_, faults = (statistics.median(x[i] for x in v) for i in range(4))
+        out[name] = {"median_s": wall, "user_s": user, "sys_s": sys_, "cpu_s": user + sys_,
+                     "minor_faults": faults, "rounds": v}
+        if name in aliased:
+            out[name]["aliased_fraction"] = statistics.median(aliased[name])
+    print(f"\n== WARM LOAD CPU TIME (every thread of the process; medians of {reps} rounds; the "
+          "raw limits verify nothing, pyckpt checks every CRC-32C)")
+    print(f"  {'contender':<28} {'wall s':>8} {'user s':>8} {'sys s':>8} {'cpu s':>8} "
+          f"{'faults':>8} {'aliased':>8}")
+    for name, r in out.items():
+        al = f"{r['aliased_fraction']:.0%}" if "aliased_fraction" in r else "-"
+        print(f"  {name:<28} {r['median_s']:8.3f} {r['user_s']:8.3f} {r['sys_s']:8.3f} "
+              f"{r['cpu_s']:8.3f} {r['minor_faults']:8.0f} {al:>8}")
+    print("  aliased: share of the raw limit's bytes copied 4K-aliased (slow on some CPUs; pyckpt "
+          "reads such destinations through scratch memory)")
+    return out
+
+
 def bench_memory(ctx: Context, workdir: Path) -> dict:
     """Peak extra memory of pyckpt.save and pyckpt.load(into=), against the target."""
     if pyckpt is None:
@@ -531,13 +650,15 @@ def main(argv=None) -> int:
         summary = summarize(res, ctx.nbytes, ratio_key="pyckpt_speedup")
         print_tables(summary, ctx.nbytes)
         print_errors(res.errors)
+        load_cpu = bench_load_cpu(ctx, workdir, max(args.rounds, 5))
         crc = bench_crc()
         memory = bench_memory(ctx, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
     write_report(args.json, meta, args, state=info, cold_cache=cold, seconds_per_round=res.seconds,
-                 summary=summary, errors=res.errors, crc32c=crc, memory=memory)
+                 summary=summary, errors=res.errors, load_cpu=load_cpu, crc32c=crc,
+                 memory=memory)
     return 0
 
 

@@ -2,11 +2,12 @@
 
 Public API (see docs/API.md / README.md):
 
-- values: :class:`Variable`, :class:`ShardedArray`
+- values: :class:`Variable`, :class:`ShardedArray`, :class:`PerWorker`
 - name-based checkpoints: :func:`save`, :func:`load`
 - object-based checkpoints: :class:`Trackable`, :class:`Module`, :class:`Checkpoint`,
   :class:`LoadStatus`, :class:`Snapshot`, :func:`copy_state`
 - training runs: :class:`CheckpointManager`
+- stateful values: :class:`GlobalRNG` (the process's random state)
 - inspection: :func:`load_checkpoint`, :func:`list_variables`, :func:`load_variable`,
   :func:`latest_checkpoint`
 - errors: :class:`CheckpointError`, :class:`CorruptCheckpointError`,
@@ -44,17 +45,22 @@ from .graph import (
     copy_state,
 )
 from .manager import CheckpointManager
+from .rng import GlobalRNG
 from .sharded import ShardedArray
 from .variables import Variable
 from .adapters import jax_support as _jax_support, torch_support as _torch_support
+from . import perworker as _perworker
+from .perworker import PerWorker
 
 _torch_support.register()
 _jax_support.register()
+_perworker.register()
 
 __all__ = [
     "__version__",
     "Variable",
     "ShardedArray",
+    "PerWorker",
     "save",
     "load",
     "Trackable",
@@ -66,6 +72,7 @@ __all__ = [
     "Snapshot",
     "copy_state",
     "CheckpointManager",
+    "GlobalRNG",
     "CheckpointReader",
     "load_checkpoint",
     "list_variables",

@@ -140,7 +140,7 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
     total = src.nbytes([src.index[k] for k in mapping]) if progress is not None else 0
     with _progress.reporting(progress, total):
         if into is not None:
-            return load_into(src, into, mapping, strict=strict)
+            return load_into(src, into, mapping, strict=strict, comm=comm)
         return _load_new(src, select, key_map, mapping, mmap, device)
 
 

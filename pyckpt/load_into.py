@@ -13,11 +13,13 @@ import numpy as np
 
 from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from .device.array import DeviceArray
+from .dist.perworker import per_worker_read, place_of
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, rebuild_leaf
 from .registry import target_view
 from .sharded import ShardedArray
+from .sharded.perworker import PerWorker, per_worker_keys
 from .variables import Variable
 
 class Target:
@@ -63,7 +65,7 @@ def collect_targets(into: Any) -> list[Target]:
                 walk(v, _join(key, i),
                      (lambda val, c=node, i=i: c.__setitem__(i, val)) if mutable else None)
             return
-        if isinstance(node, ShardedArray):
+        if isinstance(node, (ShardedArray, PerWorker)):  # a block, or one worker's copy
             out.append(Target(key, None, None, "ndarray", sharded=node))
             return
         if key is None:
@@ -89,11 +91,13 @@ def collect_targets(into: Any) -> list[Target]:
 
 
 def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
-              strict: bool = False) -> Any:
+              strict: bool = False, comm: Any = None) -> Any:
     """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
     target key). Every problem is reported, all at once, before any byte is read;
     with ``strict``, checkpoint keys of ``mapping`` that ``into`` lacks are one.
-    Targets in device memory (DeviceArrays) are filled on their device."""
+    Targets in device memory (DeviceArrays) are filled on their device. A
+    ``PerWorker`` target takes this worker's copy (``comm``'s rank) or the one its
+    ``worker`` names."""
     targets = collect_targets(into)
     source = {t: k for k, t in mapping.items()}
     missing = [t.key for t in targets if t.key not in source]
@@ -113,9 +117,23 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
     problems = []
     idx, dsts, fresh = [], [], []
     swap: list[np.ndarray] = []  # targets in the other byte order, swapped once filled
+    place: tuple[int, int] | None = None
+    rows: frozenset[str] = frozenset()
     for t in targets:
         i = src.index_of(source[t.key])
         shape, dtype = src.shape(i), src.dtype(i)
+        if isinstance(t.sharded, PerWorker):
+            if place is None:
+                place, rows = place_of(comm), per_worker_keys(src.info)
+            try:
+                dst, t.after = per_worker_read(repr(t.key), t.sharded, shape, dtype,
+                                               source[t.key] in rows, *place)
+            except ValueError as e:
+                problems.append(str(e))
+                continue
+            idx.append(i)
+            dsts.append(dst)
+            continue
         if t.sharded is not None:
             block = t.sharded
             if same_dtype(block.local.dtype, dtype) and block.local.dtype != dtype:
@@ -135,7 +153,10 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
         if tuple(t.array.shape) != shape or not same_dtype(t.array.dtype, dtype):
             ours, theirs = describe_dtypes(dtype, t.array.dtype)
             problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {ours}, "
-                            f"target has shape {tuple(t.array.shape)} dtype {theirs}")
+                            f"target has shape {tuple(t.array.shape)} dtype {theirs}"
+                            + (" (it holds one value per worker: load it into "
+                               "pyckpt.PerWorker(target))"
+                               if source[t.key] in per_worker_keys(src.info) else ""))
             continue
         if isinstance(t.array, DeviceArray):  # filled on its device, in native order
             idx.append(i)

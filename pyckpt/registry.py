@@ -15,7 +15,10 @@ with up to three hooks, each returning None for objects that are not theirs:
   children and how to restore it), like a ``Trackable``;
 - ``empty(device, shape, dtype) -> obj``: a new, uninitialised array of the
   framework on ``device`` (a string such as ``"cuda:0"``), or None when the
-  device name is not the framework's (``load(path, device=...)``).
+  device name is not the framework's (``load(path, device=...)``);
+- ``from_host(array) -> obj``: the framework's host array holding a copy of a
+  loaded numpy array, for values rebuilt rather than filled in place (the
+  tensors of a ``state_dict()``, docs/API.md section 11).
 
 Example::
 
@@ -34,8 +37,8 @@ import numpy as np
 if TYPE_CHECKING:  # for signatures only
     from .device.array import DeviceArray
 
-__all__ = ["Adapter", "register_adapter", "leaf_array", "target_view", "node_proxy",
-           "empty_on"]
+__all__ = ["Adapter", "register_adapter", "leaf_array", "leaf_adapter", "target_view",
+           "node_proxy", "empty_on", "from_host"]
 
 #: What a ``target`` hook returns.
 View: TypeAlias = "np.ndarray | DeviceArray | tuple[np.ndarray, Callable[[], None] | None]"
@@ -49,6 +52,7 @@ class Adapter(NamedTuple):
     target: Callable[[Any], "View | None"] | None = None
     node: Callable[[Any], Any] | None = None
     empty: Callable[[Any, tuple, np.dtype], Any] | None = None
+    from_host: Callable[[np.ndarray], Any] | None = None
 
 
 _ADAPTERS: list[Adapter] = []
@@ -57,10 +61,11 @@ _ADAPTERS: list[Adapter] = []
 def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | DeviceArray | None"] | None = None,
                      target: Callable[[Any], "View | None"] | None = None,
                      node: Callable[[Any], Any] | None = None,
-                     empty: Callable[[Any, tuple, np.dtype], Any] | None = None) -> None:
+                     empty: Callable[[Any, tuple, np.dtype], Any] | None = None,
+                     from_host: Callable[[np.ndarray], Any] | None = None) -> None:
     """Registers (or replaces) the hooks of one foreign type family."""
     _ADAPTERS[:] = [a for a in _ADAPTERS if a.name != name]
-    _ADAPTERS.append(Adapter(name, leaf, target, node, empty))
+    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host))
 
 
 def leaf_array(obj: Any) -> "np.ndarray | DeviceArray | None":
@@ -71,6 +76,25 @@ def leaf_array(obj: Any) -> "np.ndarray | DeviceArray | None":
             if arr is not None:
                 return arr
     return None
+
+
+def leaf_adapter(obj: Any) -> "tuple[str, np.ndarray | DeviceArray] | None":
+    """``(adapter name, array)`` from the first ``leaf`` hook that takes obj, else None."""
+    for a in _ADAPTERS:
+        if a.leaf is not None:
+            arr = a.leaf(obj)
+            if arr is not None:
+                return a.name, arr
+    return None
+
+
+def from_host(name: str, array: np.ndarray) -> Any:
+    """The object of adapter ``name`` holding a copy of ``array`` (its ``from_host``
+    hook); ``array`` itself when that adapter is not registered or has no such hook."""
+    for a in _ADAPTERS:
+        if a.name == name and a.from_host is not None:
+            return a.from_host(array)
+    return array
 
 
 def target_view(obj: Any) -> "tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None":

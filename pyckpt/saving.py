@@ -26,6 +26,7 @@ from .dist.save import distributed_save
 from .engine.write_executor import can_stage
 from .engine.writer import StagedSave, save_tensors
 from .sharded import ShardedArray
+from .sharded.perworker import PerWorker
 from .storage import Store, resolve
 from .variables import Variable
 
@@ -35,7 +36,8 @@ __all__ = ["Item", "PendingSave", "write", "stage", "start", "numbered"]
 class Item:
     """One value to save: its key, the array written by a single process (a host
     array, or a DeviceArray staged through host buffers), and the object a
-    multi-worker save plans with (a ShardedArray block, or the array itself)."""
+    multi-worker save plans with (a ShardedArray block, a PerWorker declaration,
+    or the array itself)."""
 
     __slots__ = ("key", "array", "obj")
 
@@ -52,9 +54,9 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     on every worker)."""
     store, p = resolve(path, storage_options)
     comm = resolve_comm(comm)
-    sharded = any(isinstance(it.obj, ShardedArray) for it in items)
-    if comm is None and sharded:
-        comm = SingleComm()  # blocks must be checked and assembled like a multi-worker save
+    sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
+    if comm is None and sharded:  # blocks (and per-worker rows) must be checked and
+        comm = SingleComm()       # assembled like a multi-worker save
     multi = comm is not None and (comm.world_size > 1 or sharded)
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
         if has_device_values([it.array for it in items]):
@@ -63,12 +65,19 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                 graph=graph, metadata=metadata), tree=tree, graph=graph, metadata=metadata)
         elif multi:
             assert comm is not None
-            distributed_save(comm, store, p, [(it.key, it.obj if isinstance(it.obj, ShardedArray)
-                                                else it.array) for it in items],
+            distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
                              tree=tree, graph=graph, metadata=metadata)
         else:
             save_tensors(store, p, [(it.key, it.array) for it in items], tree=tree, graph=graph,
                          metadata=metadata, keys_checked=True)
+
+
+def _planned(it: Item) -> Any:
+    """What a multi-worker save plans ``it`` as: its ShardedArray block, a PerWorker of its
+    (host) array, or the array."""
+    if isinstance(it.obj, ShardedArray):
+        return it.obj
+    return PerWorker(it.array) if isinstance(it.obj, PerWorker) else it.array
 
 
 def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bool,
@@ -168,8 +177,8 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     shown = str(path.__fspath__()) if hasattr(path, "__fspath__") else str(path)
     handle = PendingSave(shown)
     comm = resolve_comm(comm)
-    if (comm is not None and comm.world_size > 1) or any(isinstance(it.obj, ShardedArray)
-                                                         for it in items):
+    if (comm is not None and comm.world_size > 1) or any(
+            isinstance(it.obj, (ShardedArray, PerWorker)) for it in items):
         handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
                                   progress=progress, tree=tree, graph=graph, metadata=metadata))
         return handle

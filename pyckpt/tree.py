@@ -12,13 +12,14 @@ so that ``load`` rebuilds exactly what was saved.
 from __future__ import annotations
 
 import base64
+import re
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from .device.array import DeviceArray
-from .registry import leaf_array
+from .registry import from_host, leaf_array
 from .sharded import ShardedArray
 from .variables import Variable
 
@@ -98,6 +99,8 @@ class Leaf:
         self.obj = obj    # the original leaf object
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
 _PY_KINDS = {bool: ("bool", np.bool_), int: ("int", np.int64), float: ("float", np.float64),
              complex: ("complex", np.complex128)}
 
@@ -112,10 +115,9 @@ def as_array_leaf(obj: Any) -> tuple[np.ndarray | DeviceArray, str] | None:
     t = type(obj)
     if t in _PY_KINDS:
         kind, dt = _PY_KINDS[t]
-        try:
-            return np.array(obj, dtype=dt), kind
-        except OverflowError:
-            raise ValueError(f"integer {obj} does not fit in int64") from None
+        if t is int and not _INT64_MIN <= obj <= _INT64_MAX:
+            return np.array(int_text(obj)), kind  # exactly, as a 0-d text tensor
+        return np.array(obj, dtype=dt), kind
     if isinstance(obj, np.generic):
         return np.asarray(obj), "numpy_scalar"
     if isinstance(obj, ShardedArray):  # one worker's block; saved through the sharded path
@@ -130,6 +132,32 @@ def _static(obj: Any) -> dict | None:
     if isinstance(obj, (bytes, bytearray)):
         return {"b": base64.b64encode(bytes(obj)).decode("ascii")}
     return None
+
+
+_INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*|0x[0-9a-f]+)")
+
+
+def int_text(n: int) -> str:
+    """An int as exact text (how ints beyond int64 are stored: a 0-d text tensor):
+    decimal, or hexadecimal ("0x...") when it has more digits than Python converts
+    to decimal (sys.get_int_max_str_digits)."""
+    try:
+        return str(n)
+    except ValueError:
+        return ("-" if n < 0 else "") + hex(abs(n))
+
+
+def text_int(text: Any) -> int:
+    """The inverse of ``int_text``; ValueError for anything else."""
+    if not isinstance(text, str) or not _INT_TEXT.fullmatch(text):
+        raise ValueError(f"malformed integer text {text!r}")
+    return int(text, 16) if "x" in text else int(text)
+
+
+def static_leaf(obj: Any) -> dict | None:
+    """The skeleton node of a leaf kept in the skeleton itself (str, None, bytes;
+    docs/FORMAT.md section 8), else None."""
+    return _static(obj)
 
 
 def _join(prefix: str | None, part: Any) -> str:
@@ -240,13 +268,19 @@ _SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}
 
 def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
     """The leaf of ``kind`` (as ``flatten`` recorded it: "ndarray", "numpy_scalar",
-    "int", "float", "bool", "complex") from its loaded array; ValueError for another."""
+    "int", "float", "bool", "complex"; or an adapter's name such as "torch", for the
+    tensors of a state dict: that framework's host array) from its loaded array;
+    ValueError for another."""
     if kind == "ndarray":
         return arr
     if kind == "numpy_scalar":
         return arr[()]
     if kind in _SCALARS:
+        if kind == "int" and arr.dtype.kind == "U":  # beyond int64: exact text
+            return text_int(str(arr[()]))
         return _SCALARS[kind](arr[()])
+    if kind.isidentifier():
+        return from_host(kind, arr)
     raise ValueError(f"unknown leaf kind {kind!r}")
 
 

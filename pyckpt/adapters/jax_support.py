@@ -113,6 +113,15 @@ def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+def from_host(arr: np.ndarray) -> Any:
+    """The ``from_host`` hook: a ``jax.Array`` (on the default device) holding a copy of
+    ``arr``, for JAX arrays restored by replacement (a raw PRNG key in a dict...)."""
+    import jax.numpy as jnp  # optional dependency: the checkpoint holds a JAX array
+
+    return jnp.array(arr)
+
+
 def register() -> None:
-    """Registers the JAX ``leaf`` hook with pyckpt.registry under the name "jax"."""
-    register_adapter("jax", leaf=to_numpy)
+    """Registers the JAX ``leaf`` and ``from_host`` hooks with pyckpt.registry under the
+    name "jax"."""
+    register_adapter("jax", leaf=to_numpy, from_host=from_host)

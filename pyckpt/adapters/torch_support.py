@@ -10,21 +10,29 @@ optimizers as object-graph nodes.
 - bfloat16 and float8 tensors map to ml_dtypes arrays of the same bits.
 - An ``nn.Module`` is a node whose edges are its parameters, buffers and
   submodules (the names of its state_dict, split at the dots), restored in place.
-- An optimizer is saved as its state_dict (state tensors and the numbers of its
-  param_groups) and restored with ``load_state_dict``, so a fresh optimizer
-  whose state does not exist yet is restored too.
+- An optimizer, like any object with ``state_dict()`` / ``load_state_dict()`` (LR
+  schedulers, samplers...), is saved as its state dict and restored with
+  ``load_state_dict`` (``pyckpt.graph.stateful.StateNode``), so a fresh optimizer
+  whose state does not exist yet is restored too; checkpoints written before
+  state templates existed restore through the optimizer's current state dict.
+- A ``torch.Generator`` (CPU or CUDA, ``torch.default_generator`` included) is
+  saved as its ``get_state()`` and restored with ``set_state``; the part "torch"
+  of ``pyckpt.GlobalRNG`` is torch's CPU generator and every CUDA device's.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from ..device.array import DeviceArray
 from ..graph.object_graph import MISSING
+from ..graph.stateful import StateNode
 from ..registry import register_adapter
+from ..rng import register_global
 from .torch_device import device_array, torch_dtype
 
 
@@ -130,37 +138,17 @@ class ModuleNode:
         return MISSING
 
 
-def _numberize(x: Any) -> Any:
-    """An optimizer state_dict with tensors and numbers as numpy arrays (graph values)."""
-    torch = _torch()
-    if isinstance(x, dict):
-        return {str(k): _numberize(v) for k, v in x.items() if _keep(v)}
-    if isinstance(x, (list, tuple)):
-        return [_numberize(v) for v in x]
-    if torch is not None and isinstance(x, torch.Tensor):
-        return to_numpy(x)
-    return np.asarray(x)
-
-
-def _keep(v: Any) -> bool:
-    return v is not None and not isinstance(v, str)
-
-
-class OptimizerNode:
+class OptimizerNode(StateNode):
     """A torch optimizer seen as a graph node holding its state_dict."""
 
     def __init__(self, optimizer: Any) -> None:
+        super().__init__(optimizer, optimizer.state_dict, optimizer.load_state_dict)
         self.optimizer = optimizer
-        self._tree = _numberize(optimizer.state_dict())
 
-    def _pyckpt_children(self) -> list[tuple[str, Any]]:
-        return list(self._tree.items())
-
-    def _pyckpt_get_child(self, name: str) -> Any:
-        return self._tree.get(name, MISSING)
-
-    def _pyckpt_restore(self, values: dict) -> None:
-        """Rebuilds the state_dict from stored values and loads it."""
+    def _pyckpt_restore(self, values: Any) -> None:
+        """Restores from a checkpoint without a state template (pyckpt before issue 14,
+        whose optimizer nodes kept only arrays and numbers): the stored state slots
+        and the numbers of the param groups, on top of the current state dict."""
         import torch  # optional dependency
 
         sd = self.optimizer.state_dict()
@@ -180,10 +168,21 @@ class OptimizerNode:
 
 
 def _tensor(torch: Any, v: np.ndarray) -> Any:
+    """A CPU tensor holding a copy of a loaded array (bfloat16 and float8 kept)."""
     name = v.dtype.name
     if name == "bfloat16":
         return torch.from_numpy(v.view(np.int16).copy()).view(torch.bfloat16)
+    if name in ("float8_e4m3fn", "float8_e5m2"):
+        return torch.from_numpy(v.view(np.uint8).copy()).view(getattr(torch, name))
     return torch.from_numpy(np.array(v))
+
+
+def from_host(arr: np.ndarray) -> Any:
+    """The ``from_host`` hook: a CPU tensor holding a copy of ``arr`` (the tensors of
+    a restored state dict)."""
+    import torch  # optional dependency
+
+    return _tensor(torch, arr)
 
 
 def _pythonic(template: Any, v: Any) -> Any:
@@ -197,9 +196,46 @@ def _pythonic(template: Any, v: Any) -> Any:
     return v
 
 
+def generator_node(g: Any) -> StateNode:
+    """A ``torch.Generator`` as a graph node: ``{"state": g.get_state()}``."""
+    return StateNode(g, lambda: {"state": g.get_state()},
+                     lambda sd: g.set_state(sd["state"]))
+
+
+# -- the "torch" part of pyckpt.GlobalRNG ----------------------------------------------------
+
+def global_state() -> dict | None:
+    """torch's global random state: the CPU generator's and, where CUDA is available,
+    every device's (``"cuda"``, by device index); None when torch is not imported."""
+    torch = _torch()
+    if torch is None:
+        return None
+    cuda = torch.cuda.is_available()
+    return {"cpu": torch.get_rng_state(),
+            "cuda": [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+            if cuda else []}
+
+
+def set_global_state(sd: dict) -> None:
+    """Restores what ``global_state`` captured. CUDA devices this process lacks are
+    skipped with a warning."""
+    import torch  # optional dependency: the checkpoint holds torch's random state
+
+    torch.set_rng_state(sd["cpu"])
+    states = list(sd.get("cuda", []))
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if len(states) > have:
+        warnings.warn(f"pyckpt.GlobalRNG: the checkpoint holds the random state of "
+                      f"{len(states)} CUDA device(s), this process has {have}: the others "
+                      "are not restored", stacklevel=3)
+    for i, st in enumerate(states[:have]):
+        torch.cuda.set_rng_state(st, i)
+
+
 def node_for(obj: Any) -> Any:
     """The ``node`` hook: a ModuleNode for an ``nn.Module``, an OptimizerNode for an
-    optimizer, else None (also when torch is not imported)."""
+    optimizer, a StateNode for a ``torch.Generator``, else None (also when torch is
+    not imported; other objects with ``state_dict()`` are StateNodes of the graph)."""
     torch = _torch()
     if torch is None:
         return None
@@ -207,6 +243,8 @@ def node_for(obj: Any) -> Any:
         return ModuleNode(obj)
     if isinstance(obj, torch.optim.Optimizer):
         return OptimizerNode(obj)
+    if isinstance(obj, torch.Generator):
+        return generator_node(obj)
     return None
 
 
@@ -224,6 +262,8 @@ def empty(device: Any, shape: tuple, dtype: np.dtype) -> Any:
 
 
 def register() -> None:
-    """Registers the torch hooks (leaf, target, node, empty) with pyckpt.registry
-    under the name "torch"."""
-    register_adapter("torch", leaf=to_numpy, target=writable, node=node_for, empty=empty)
+    """Registers the torch hooks (leaf, target, node, empty, from_host) with
+    pyckpt.registry under the name "torch", and the part "torch" of GlobalRNG."""
+    register_adapter("torch", leaf=to_numpy, target=writable, node=node_for, empty=empty,
+                     from_host=from_host)
+    register_global("torch", global_state, set_global_state)

@@ -4,9 +4,14 @@ decide who writes what (docs/PROTOCOL.md, "Multi-worker saves", step 3).
 - every key has one dtype and one global shape on all workers that hold it;
 - the blocks of a sharded array lie inside it and tile it exactly (no gap, no
   overlap); identical blocks held by several workers are written once;
-- replicated arrays (the same key as a whole array on several workers) are
-  written once, and the writing of replicated and duplicated blocks is spread
-  over their holders, balancing bytes (not all on worker 0).
+- replicated arrays (the same key as a whole array on several workers) must be
+  the same everywhere: their digests (CRC-32C of their bytes) are compared, and a
+  difference is refused, naming the key and the ranks (state that differs per
+  worker is declared ``PerWorker``); they are written once, and the writing of
+  replicated and duplicated blocks is spread over their holders, balancing bytes
+  (not all on worker 0);
+- a ``PerWorker`` value is a tensor of shape ``(world, *shape)`` whose row i is
+  worker i's block, held by every worker with one dtype and shape.
 
 Plans are columnar and the common case (every worker lists the same keys, in
 the same order) is checked with numpy, so 1,000 workers x 1,000 tensors plan
@@ -106,11 +111,30 @@ def _per_rank(writes: list[tuple[np.ndarray, np.ndarray]], world: int) -> tuple[
     return tuple(items[bounds[r]:bounds[r + 1]].astype(np.int64) for r in range(world))
 
 
+def _is_per_worker(p: LocalPlan, i: int) -> bool:
+    return p.per_worker is not None and bool(p.per_worker[i])
+
+
+def _ranks(ranks: Sequence[int], limit: int = 8) -> str:
+    shown = ", ".join(str(int(r)) for r in ranks[:limit])
+    return shown + (f", ... ({len(ranks)} ranks)" if len(ranks) > limit else "")
+
+
 def _check_meta(key: str, plans: Sequence[LocalPlan],
                 idx: Sequence[int] | np.ndarray) -> tuple[str, tuple]:
+    per_worker = [_is_per_worker(p, i) for p, i in zip(plans, idx)]
+    if any(per_worker) and not all(per_worker):
+        declared = [p.rank for p, pw in zip(plans, per_worker) if pw]
+        others = [p.rank for p, pw in zip(plans, per_worker) if not pw]
+        raise PlanError(f"{key!r} is declared pyckpt.PerWorker on ranks {_ranks(declared)} "
+                        f"but not on ranks {_ranks(others)}: every worker must declare it")
     dts = {p.dtypes[i] for p, i in zip(plans, idx)}
     shapes = {p.global_shapes[i] for p, i in zip(plans, idx)}
     if len(dts) > 1 or len(shapes) > 1:
+        if any(per_worker):
+            raise PlanError(f"PerWorker value {key!r} must have one dtype and shape on every "
+                            f"worker: dtypes {sorted(dts)}, shapes "
+                            f"{sorted({s[1:] for s in shapes})}")
         raise PlanError(f"workers disagree on {key!r}: dtypes {sorted(dts)}, "
                         f"global shapes {sorted(shapes)}")
     kinds = {bool(p.sharded[i]) for p, i in zip(plans, idx)}
@@ -119,9 +143,37 @@ def _check_meta(key: str, plans: Sequence[LocalPlan],
     return dts.pop(), shapes.pop()
 
 
+def _differ(keys: Sequence[str], ranks: Sequence[np.ndarray],
+            digests: Sequence[np.ndarray]) -> PlanError:
+    """The refusal of replicated values whose copies differ: each key with its
+    holders' ranks grouped by value."""
+    shown = []
+    for key, rs, ds in list(zip(keys, ranks, digests))[:10]:
+        groups: dict[int, list[int]] = {}
+        for r, d in zip(rs, ds):
+            groups.setdefault(int(d), []).append(int(r))
+        shown.append(f"{key!r} (ranks grouped by value: "
+                     f"{' | '.join(_ranks(g) for g in groups.values())})")
+    more = f" and {len(keys) - 10} more key(s)" if len(keys) > 10 else ""
+    return PlanError(
+        f"values saved under one key differ between workers: {'; '.join(shown)}{more}. A plain "
+        "value that several workers save under one key is stored once, so every copy must be "
+        "the same; declare state that differs per worker (random number generator states, "
+        "data positions) with pyckpt.PerWorker(value), which keeps each worker's copy")
+
+
+def _check_replicas(keys: Sequence[str], ranks: Sequence[np.ndarray],
+                    digests: Sequence[np.ndarray]) -> None:
+    """PlanError when the copies of a replicated value differ (their digests)."""
+    bad = [j for j, d in enumerate(digests) if len(d) > 1 and (d != d[0]).any()]
+    if bad:
+        raise _differ([keys[j] for j in bad], [ranks[j] for j in bad], [digests[j] for j in bad])
+
+
 def _assign(key: str, dtype: str, gshape: tuple, sharded: bool, ranks: np.ndarray,
             items: np.ndarray, offs: np.ndarray, shps: np.ndarray, nbytes: np.ndarray,
-            bal: _Balancer, writes: list[tuple[np.ndarray, np.ndarray]]) -> TensorPlan:
+            bal: _Balancer, writes: list[tuple[np.ndarray, np.ndarray]],
+            per_worker: bool = False) -> TensorPlan:
     d = len(gshape)
     if not sharded:
         r = bal.pick(ranks, int(nbytes[0]))
@@ -131,6 +183,9 @@ def _assign(key: str, dtype: str, gshape: tuple, sharded: bool, ranks: np.ndarra
     boxes = np.concatenate([offs[:, :d], shps[:, :d]], axis=1)
     uniq, first, inverse = np.unique(boxes, axis=0, return_index=True, return_inverse=True)
     problem = _tiles(gshape, uniq[:, :d], uniq[:, d:])
+    if problem and per_worker:
+        raise PlanError(f"PerWorker value {key!r} is saved by ranks {_ranks(sorted(ranks))} "
+                        f"only: every one of the {gshape[0]} workers must save it")
     if problem:
         raise PlanError(f"ShardedArray {key!r}: {problem}")
     if len(uniq) == len(boxes):  # every block held once: its holder writes it
@@ -149,7 +204,18 @@ def _assign(key: str, dtype: str, gshape: tuple, sharded: bool, ranks: np.ndarra
             chosen[u] = j
     w_ranks, w_items = ranks[chosen], items[chosen]
     writes.append((w_ranks, w_items))
-    return TensorPlan(key, dtype, gshape, w_ranks, w_items, uniq[:, :d].copy(), uniq[:, d:].copy())
+    return TensorPlan(key, dtype, gshape, w_ranks, w_items, uniq[:, :d].copy(), uniq[:, d:].copy(),
+                      per_worker)
+
+
+def _padded(boxes: list[np.ndarray], fill: int) -> list[np.ndarray]:
+    """Box columns of workers whose plans have different ``ndim_max`` (the largest rank
+    of their items), padded along the last axis to the largest (offsets with 0,
+    shapes with 1), so they stack."""
+    d = max(b.shape[-1] for b in boxes)
+    return [b if b.shape[-1] == d else
+            np.concatenate([b, np.full(b.shape[:-1] + (d - b.shape[-1],), fill, b.dtype)], -1)
+            for b in boxes]
 
 
 def _plan_aligned(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], _Writes]:
@@ -158,8 +224,8 @@ def _plan_aligned(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], _Writes
     if not n:
         return [], []
     ranks = np.arange(world)
-    offs = np.stack([p.offsets for p in plans])   # [world, n, D]
-    shps = np.stack([p.shapes for p in plans])
+    offs = np.stack(_padded([p.offsets for p in plans], 0))   # [world, n, D]
+    shps = np.stack(_padded([p.shapes for p in plans], 1))
     nb = np.stack([p.nbytes for p in plans])       # [world, n]
     sharded = np.stack([p.sharded for p in plans])
     dt = [p.dtypes for p in plans]
@@ -168,15 +234,25 @@ def _plan_aligned(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], _Writes
     writes: list[tuple[np.ndarray, np.ndarray]] = []
     tensors: list[TensorPlan] = []
     items_col = np.empty(world, dtype=np.int64)
+    pw = np.stack([p.per_worker if p.per_worker is not None else np.zeros(n, bool)
+                   for p in plans])
     same_meta = all(d == dt[0] for d in dt) and all(g == gs[0] for g in gs)
-    if not ((sharded.all(0) | ~sharded.any(0)).all() and same_meta):
+    if not ((sharded.all(0) | ~sharded.any(0)).all() and (pw.all(0) | ~pw.any(0)).all()
+            and same_meta):
         for i, key in enumerate(plans[0].keys):
             _check_meta(key, plans, [i] * world)
+    digests = [p.digest for p in plans]
+    if world > 1 and all(d is not None for d in digests):
+        dig = np.stack(digests)  # type: ignore[arg-type]  # [world, n], none is None
+        bad = np.nonzero(~sharded[0] & (dig != dig[0]).any(0))[0]
+        if len(bad):
+            raise _differ([plans[0].keys[i] for i in bad], [ranks] * len(bad),
+                          [dig[:, i] for i in bad])
     for i, key in enumerate(plans[0].keys):
         dtype, gshape = dt[0][i], gs[0][i]
         items_col.fill(i)
         tensors.append(_assign(key, dtype, gshape, bool(sharded[0, i]), ranks, items_col.copy(),
-                               offs[:, i], shps[:, i], nb[:, i], bal, writes))
+                               offs[:, i], shps[:, i], nb[:, i], bal, writes, bool(pw[0, i])))
     return tensors, writes
 
 
@@ -189,14 +265,25 @@ def _plan_general(plans: Sequence[LocalPlan]) -> tuple[list[TensorPlan], _Writes
     bal = _Balancer(world)
     writes: list[tuple[np.ndarray, np.ndarray]] = []
     tensors: list[TensorPlan] = []
+    metas = []
     for key, hs in holders.items():
         ranks = np.array([r for r, _ in hs])
         items = np.array([i for _, i in hs])
-        sub = [plans[r] for r in ranks]
-        dtype, gshape = _check_meta(key, sub, items)
-        offs = np.stack([plans[r].offsets[i] for r, i in hs])
-        shps = np.stack([plans[r].shapes[i] for r, i in hs])
+        metas.append(_check_meta(key, [plans[r] for r in ranks], items))
+    if all(p.digest is not None for p in plans):
+        replicated = [(k, hs) for k, hs in holders.items() if not plans[hs[0][0]].sharded[hs[0][1]]]
+        _check_replicas([k for k, _ in replicated],
+                        [np.array([r for r, _ in hs]) for _, hs in replicated],
+                        [np.array([plans[r].digest[i] for r, i in hs])  # type: ignore[index]
+                         for _, hs in replicated])
+    for (key, hs), (dtype, gshape) in zip(holders.items(), metas):
+        ranks = np.array([r for r, _ in hs])
+        items = np.array([i for _, i in hs])
+        offs = np.stack(_padded([plans[r].offsets[i] for r, i in hs], 0))
+        shps = np.stack(_padded([plans[r].shapes[i] for r, i in hs], 1))
         nb = np.array([plans[r].nbytes[i] for r, i in hs])
-        tensors.append(_assign(key, dtype, gshape, bool(plans[hs[0][0]].sharded[hs[0][1]]), ranks,
-                               items, offs, shps, nb, bal, writes))
+        r0, i0 = hs[0]
+        tensors.append(_assign(key, dtype, gshape, bool(plans[r0].sharded[i0]), ranks,
+                               items, offs, shps, nb, bal, writes,
+                               _is_per_worker(plans[r0], i0)))
     return tensors, writes

@@ -11,7 +11,10 @@ import numpy as np
 @dataclasses.dataclass(frozen=True)
 class LocalPlan:
     """What one worker holds. Columns over its items; boxes padded to ``ndim_max``
-    (offsets with 0, shapes with 1)."""
+    (offsets with 0, shapes with 1). ``digest``: per item, a CRC-32C of a replicated
+    value's bytes (0 for blocks), compared across workers by the planner;
+    ``per_worker``: the items that are rows of a ``PerWorker`` value (also ``sharded``).
+    None (plans built by hand, e.g. benchmarks): nothing to compare, no per-worker item."""
 
     rank: int
     keys: tuple[str, ...]
@@ -22,6 +25,8 @@ class LocalPlan:
     shapes: np.ndarray   # int64 [n, ndim_max]
     nbytes: np.ndarray   # int64 [n]
     error: str | None = None
+    digest: np.ndarray | None = None      # uint32 [n]
+    per_worker: np.ndarray | None = None  # bool [n]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +44,7 @@ class TensorPlan:
 
     ``rank[b]``/``item[b]``: the worker writing block b and the index of the item in
     its LocalPlan; ``box_offsets``/``box_shapes`` [nblocks, ndim], or None for a
-    replicated tensor stored whole."""
+    replicated tensor stored whole; ``per_worker``: the rows of a PerWorker value."""
 
     key: str
     dtype: str
@@ -48,6 +53,7 @@ class TensorPlan:
     item: np.ndarray
     box_offsets: np.ndarray | None
     box_shapes: np.ndarray | None
+    per_worker: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

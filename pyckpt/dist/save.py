@@ -2,11 +2,13 @@
 
 Every worker calls ``distributed_save`` with its items; the steps:
 
- 1. (every worker) build a local plan: keys, dtypes, global shapes, blocks;
-    local validation errors travel inside the plan;
+ 1. (every worker) build a local plan: keys, dtypes, global shapes, blocks, and
+    a CRC-32C digest of each replicated value's bytes (the C++ core); local
+    validation errors travel inside the plan;
  2. (every worker) send the local plan to the coordinator (rank 0);
- 3. (coordinator) validate the global plan and decide who writes each block
-    and each replicated array (planner.py); broadcast the decision;
+ 3. (coordinator) validate the global plan (replicated values must have the
+    same digest everywhere) and decide who writes each block and each
+    replicated array (planner.py); broadcast the decision;
  4. (every worker) write its assigned blocks into its own shard files, named
     with the attempt id and its rank, each chunk checksummed;
  5. (every worker) send what it wrote, or its error, to the coordinator;
@@ -28,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._dtypes import dtype_name, little_endian
+from .._native import core as _core
 from ..engine import attempts, naming
 from ..engine.options import DEFAULT
 from ..engine import writer
@@ -35,6 +38,7 @@ from ..engine.writer import PreparedTensor, check_metadata, info
 from ..errors import CheckpointError
 from ..format.manifest import FileEntry, build_manifest
 from ..sharded import ShardedArray
+from ..sharded.perworker import INFO_KEY, PerWorker
 from ..storage import Store
 from ..tree import validate_keys
 from ..variables import Variable
@@ -53,13 +57,38 @@ def _as_array(value: Any) -> np.ndarray:
     return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
-def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, list]:
-    """Step 1: the plan of one worker, and its prepared (key, array) pairs."""
+def _digests(prepared: list[PreparedTensor], replicated: np.ndarray, options: Any) -> np.ndarray:
+    """Per item, a CRC-32C digest of a replicated value's bytes (0 for the others): the
+    masked CRC of each 1 MiB chunk, computed by the C++ core on all threads, then a
+    CRC of those CRCs for values of several chunks."""
+    out = np.zeros(len(prepared), dtype=np.uint32)
+    idx = np.nonzero(replicated)[0]
+    if not len(idx):
+        return out
+    opts = _core.WriteOptions(chunk_size=options.chunk_size, threads=options.threads,
+                              piece_size=options.piece_size)  # no progress: nothing is written
+    crcs, begin = _core.compute_checksums(keys=[prepared[i].key for i in idx],
+                                          arrays=[prepared[i].array for i in idx], options=opts)
+    begin = np.asarray(begin, dtype=np.int64)
+    counts = np.diff(begin)
+    one = counts == 1
+    out[idx[one]] = crcs[begin[:-1][one]]
+    for j in np.nonzero(counts > 1)[0]:
+        out[idx[j]] = _core.crc32c(crcs[begin[j]:begin[j + 1]].tobytes())
+    return out
+
+
+def local_plan(rank: int, items: Sequence[tuple[str, Any]], world: int = 1,
+               options: Any = None) -> tuple[LocalPlan, list]:
+    """Step 1: the plan of one worker, and its prepared (key, array) pairs. A
+    ``PerWorker`` item becomes row ``rank`` of a tensor of shape ``(world, *shape)``."""
     keys, dtypes, gshapes, prepared = [], [], [], []
-    ndim = max([(v.local.ndim if isinstance(v, ShardedArray) else _as_array(v).ndim)
+    ndim = max([(v.local.ndim if isinstance(v, ShardedArray) else
+                 _as_array(v.value).ndim + 1 if isinstance(v, PerWorker) else _as_array(v).ndim)
                 for _, v in items] + [1])
     n = len(items)
     sharded = np.zeros(n, dtype=bool)
+    per_worker = np.zeros(n, dtype=bool)
     offsets = np.zeros((n, ndim), dtype=np.int64)
     shapes = np.ones((n, ndim), dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
@@ -74,6 +103,12 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, 
                 arr, gshape = value.local, value.global_shape
                 sharded[i] = True
                 offsets[i, :arr.ndim] = value.offsets
+            elif isinstance(value, PerWorker):  # this worker's row of (world, *shape)
+                arr = _as_array(value.value)
+                arr = arr.reshape((1,) + arr.shape)
+                gshape = (world,) + arr.shape[1:]
+                sharded[i] = per_worker[i] = True
+                offsets[i, 0] = rank
             else:
                 arr = _as_array(value)
                 gshape = tuple(arr.shape)
@@ -88,8 +123,10 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]]) -> tuple[LocalPlan, 
         dtypes.append(name)
         gshapes.append(tuple(int(x) for x in gshape))
         prepared.append(PreparedTensor(key, arr, name))
+    digest = _digests(prepared, ~sharded, options or DEFAULT) if world > 1 and error is None \
+        else np.zeros(n, dtype=np.uint32)
     plan = LocalPlan(rank, tuple(keys), tuple(dtypes), tuple(gshapes), sharded, offsets, shapes,
-                     nbytes, error)
+                     nbytes, error, digest, per_worker)
     return plan, prepared
 
 
@@ -136,6 +173,9 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
                 boxes.append([t.box_offsets[b].tolist(), t.box_shapes[b].tolist()])
     crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
     info_doc = info(attempt, world)
+    rows = [t.key for t in tplans if t.per_worker]
+    if rows:
+        info_doc[INFO_KEY] = rows  # docs/FORMAT.md section 7
     return build_manifest(chunk_size=chunk, files=files, keys=keys, dtype_names=dts, shapes=shapes,
                           file=np.asarray(col_file, np.int64), offset=np.asarray(col_off, np.int64),
                           nbytes=np.asarray(col_nb, np.int64), crcs=crcs,
@@ -148,12 +188,13 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
 def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
                      *, tree: Any = None, graph: dict | None = None,
                      metadata: dict | None = None, options: Any = None) -> None:
-    """Saves this worker's ``items`` (``(key, array or ShardedArray)`` pairs) into the
+    """Saves this worker's ``items`` (``(key, array, ShardedArray or PerWorker)`` pairs) into the
     one checkpoint at ``path``; every worker of ``comm`` calls it (steps in the module
     doc). Rank 0's ``tree``, ``graph`` and ``metadata`` go into the manifest;
     ``options`` are the writer's (chunk size...), default ``DEFAULT``.
 
-    Raises, on every worker: ValueError when the plan is refused (nothing written),
+    Raises, on every worker: ValueError when the plan is refused (nothing written; e.g.
+    the copies of a replicated value differ: the message names the key and ranks),
     DistributedSaveError when writing or committing failed (nothing committed),
     WorkerTimeoutError when a worker does not take part in time."""
     options = options or DEFAULT
@@ -161,7 +202,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     url = store.url(path)
     try:
         metadata = check_metadata(metadata)
-        plan, prepared = local_plan(rank, items)
+        plan, prepared = local_plan(rank, items, world, options)
     except (TypeError, ValueError) as e:
         plan, prepared = LocalPlan(rank, (), (), (), np.zeros(0, bool), np.zeros((0, 1), np.int64),
                                    np.zeros((0, 1), np.int64), np.zeros(0, np.int64), str(e)), []
@@ -204,7 +245,12 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
             try:
                 manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,
                                      metadata, gp.attempt, world)
-                previous = writer.commit(store, path, manifest)
+                try:
+                    previous = writer.commit(store, path, manifest)
+                except BaseException:
+                    if not _landed(store, path, gp.attempt):
+                        raise
+                    previous = None  # the index landed though its answer was lost
                 writer.delete_replaced(store, path, previous, manifest)
                 writer.remove_orphans(store, path)
             except BaseException as e:
@@ -214,3 +260,11 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     if outcome[0] != "ok":                                                  # step 7
         raise DistributedSaveError(f"distributed save of {url} failed; nothing was "
                                    f"committed:\n{outcome[1]}")
+
+
+def _landed(store: Store, path: str, attempt: str) -> bool:
+    """Whether the index of ``attempt`` is committed at path after its write raised.
+    An index that cannot be read back counts as not landed: the data files stay
+    (only a later commit's orphan sweep removes them), so nothing committed is lost."""
+    current = writer.read_previous(store, path)
+    return current is not None and current.info.get("attempt") == attempt

@@ -192,8 +192,17 @@ def remove_orphans(store: Store, path: str) -> None:
 
 def abandon(store: Store, path: str, files: list[FileEntry], attempt: str) -> None:
     """Deletes an attempt's data files after a failed commit, unless its index
-    became visible anyway (a failure after the rename): then the files stay."""
-    current = read_previous(store, path)
+    became visible anyway (a failure after the rename, or an upload whose answer
+    was lost): then the files stay. When the index cannot be read back at all,
+    the files stay too (they may be committed); the next commit's orphan sweep
+    removes them if they are not."""
+    index = store.join(path, INDEX_NAME)
+    try:
+        current = decode_index(store.read_bytes(index), store.url(index))
+    except FileNotFoundError:
+        current = None
+    except (ValueError, OSError):
+        return  # unknown whether this attempt is committed: never delete its data
     if current is not None and current.info.get("attempt") == attempt:
         return
     try:

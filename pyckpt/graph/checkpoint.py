@@ -9,9 +9,12 @@ import numpy as np
 
 from .. import saving
 from ..sources import open_source
+from ..tree import describe_value
 from ..variables import Variable
 from .keys import VALUE_SUFFIX, unescape
+from .nodes import is_node
 from .object_graph import MISSING, get_child, traverse
+from .stateful import is_python_value
 from .plan import make_plan
 from .restore import LoadStatus, RestoreSession
 from .sources import SnapshotSource, StoredValues
@@ -23,6 +26,27 @@ if TYPE_CHECKING:  # for signatures only
 
 SAVE_COUNTER = "save_counter"
 SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX
+
+
+def untrackable(name: str, value: Any) -> TypeError:
+    """The error for a Checkpoint attribute whose value pyckpt cannot save."""
+    head = f"Checkpoint attribute {name!r}: pyckpt cannot save {describe_value(value)}"
+    if value is None:
+        return TypeError(f"{head}: leave the argument out (None holds no state)")
+    if is_python_value(value) and not isinstance(value, (str, bytes, bytearray)):
+        return TypeError(f"{head} here: a number given directly cannot be restored into the "
+                         f"caller's variable. Wrap it in a Variable ({name}=pyckpt.Variable("
+                         f"{value!r})) or put it in a dict ({name}={{'value': {value!r}}}), "
+                         "whose entries restore")
+    if is_python_value(value):
+        return TypeError(f"{head} here: put it in a dict ({name}={{'value': ...}}), whose "
+                         "entries restore, or in the save's metadata")
+    return TypeError(f"{head}: it holds no state pyckpt knows. pyckpt saves arrays, Variables, "
+                     "Trackables, torch modules and optimizers, objects with state_dict() and "
+                     "load_state_dict() methods (torch schedulers, samplers, your own "
+                     "iterators), random generators (pyckpt.GlobalRNG() for the global ones), "
+                     "and lists and dicts of those: give the object state_dict() and "
+                     "load_state_dict(), or wrap its arrays in pyckpt.Variable")
 
 
 def graph_child(graph: Any, node: int, name: str) -> int | None:
@@ -38,7 +62,9 @@ class Checkpoint(Trackable):
 
     ``Checkpoint(model=net, optimizer=opt)``; later attribute assignment adds
     edges too. ``save`` numbers checkpoints with a lazily created
-    ``save_counter``; ``write``/``read`` leave it alone.
+    ``save_counter``; ``write``/``read`` leave it alone. A value pyckpt cannot
+    save (a bare number or string, an object without state) raises TypeError
+    (docs/API.md section 11).
     """
 
     def __init__(self, **objects: Any) -> None:
@@ -46,6 +72,11 @@ class Checkpoint(Trackable):
             if name == SAVE_COUNTER:
                 raise ValueError("'save_counter' is reserved for the checkpoint's own counter")
             setattr(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and not is_node(value):
+            raise untrackable(name, value)
+        super().__setattr__(name, value)
 
     # -- save counter ------------------------------------------------------------------
     def _maybe_create_save_counter(self) -> Variable:

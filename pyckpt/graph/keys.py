@@ -36,3 +36,7 @@ def value_key(path: list[str]) -> str:
 def path_string(path: list[str]) -> str:
     """A readable path for messages: ``net.l1.kernel`` style, like attribute access."""
     return ".".join(path) if path else "<root>"
+
+#: How reports (``unmatched_checkpoint_keys``) name a state stored without a key (a
+#: string in a dict, a state dict holding no array or number): its path and this.
+STATE_SUFFIX = "/.ATTRIBUTES/PYTHON_STATE"

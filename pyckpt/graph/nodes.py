@@ -1,6 +1,6 @@
 """What takes part in the object graph, without the graph itself: values
-(arrays, Variables, adapter targets), the MISSING marker and the node test.
-trackable.py and object_graph.py both build on it."""
+(arrays, Variables, adapter targets, PyValues), the MISSING marker and the node
+test. trackable.py and object_graph.py both build on it."""
 
 from __future__ import annotations
 
@@ -11,21 +11,18 @@ import numpy as np
 from ..device.array import DeviceArray
 from ..registry import node_proxy, target_view
 from ..variables import Variable
+from .missing import MISSING
+from .stateful import PyValue, state_proxy
 
 __all__ = ["MISSING", "value_target", "value_array", "is_value", "is_node"]
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-
-
 def _adapt(obj: Any) -> Any:
-    """The graph node standing for a foreign object (pyckpt.registry), or None."""
-    return node_proxy(obj)
+    """The graph node standing for a foreign object: an adapter's (pyckpt.registry),
+    else a StateNode for an object with ``state_dict()`` / ``load_state_dict()`` or a
+    random generator (stateful.py); None for anything else."""
+    proxy = node_proxy(obj)
+    return proxy if proxy is not None else state_proxy(obj)
 
 
 def value_target(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None:
@@ -36,6 +33,8 @@ def value_target(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None]
         return obj._value, None
     if isinstance(obj, np.ndarray):
         return obj, None
+    if isinstance(obj, PyValue):
+        return None if obj.array is None else (obj.array, None)
     return target_view(obj)
 
 
@@ -55,7 +54,7 @@ def is_node(obj: Any) -> bool:
     """Whether obj takes part in the object graph (as a value or an object): a value,
     a container, anything with the graph protocol (``Trackable`` and adapter
     proxies: ``_pyckpt_children``), or a foreign object an adapter stands for."""
-    if isinstance(obj, (Variable, np.ndarray, list, tuple, dict)) or \
+    if isinstance(obj, (Variable, np.ndarray, list, tuple, dict, PyValue)) or \
             hasattr(type(obj), "_pyckpt_children"):
         return True
     return is_value(obj) or _adapt(obj) is not None

@@ -6,6 +6,9 @@ under its first path in breadth-first order (docs/FORMAT.md section 9).
 
 Stored side: ``StoredGraph`` is the ``graph`` field of a manifest (or a graph
 synthesized from the keys of a flat checkpoint, or a Snapshot's graph).
+
+Python values in lists and dicts, and the leaves of state dicts, are PyValues
+(stateful.py): a new one at each visit, so they are never shared by identity.
 """
 
 from __future__ import annotations
@@ -20,23 +23,62 @@ from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
 from ..device.array import DeviceArray
 from .nodes import MISSING, _adapt, is_node, is_value, value_array, value_target
+from .stateful import PyValue, is_python_value, resolve, warn_left_out
 from .trackable import Trackable
+
+
+def _element(container: Any, key: Any, v: Any) -> Any:
+    """The graph node of a list, tuple or dict element: itself when it is a node, a
+    PyValue for a Python value or a framework array (jax.Array...) in a list or dict
+    (restored by replacement); else MISSING, with a warning once: for a Python value
+    in a tuple (which a restore cannot change: left out on purpose), and for
+    anything pyckpt cannot save (once per type)."""
+    if is_node(v):
+        return v
+    if isinstance(container, (list, dict)):
+        pv = PyValue.of(v, container, key)
+        if pv is not None:
+            return pv
+    elif is_python_value(v):
+        warn_left_out(container, key, v, in_tuple=True)  # a restore could not put it back
+        return MISSING
+    warn_left_out(container, key, v)
+    return MISSING
+
+
+def _container_edges(obj: Any) -> list[tuple[str, Any]]:
+    items = enumerate(obj) if isinstance(obj, (list, tuple)) else obj.items()
+    out = []
+    for k, v in items:
+        node = _element(obj, k, v)
+        if node is not MISSING:
+            out.append((str(k), node))
+    return out
+
+
+def _edges(obj: Any) -> tuple[list[tuple[str, Any]], Any]:
+    """(``children(obj)``, the template of obj's state (stateful.py) or None)."""
+    if isinstance(obj, Trackable):
+        return obj._pyckpt_children(), None
+    if isinstance(obj, (list, tuple, dict)):
+        return _container_edges(obj), None
+    if isinstance(obj, (Variable, np.ndarray)):
+        return [], None
+    if isinstance(obj, PyValue):
+        return [], obj.template() if obj.parent is not None else None
+    proxy = _adapt(obj)
+    if proxy is None:
+        return [], None
+    template = getattr(proxy, "_pyckpt_template", None)
+    return proxy._pyckpt_children(), template() if template is not None else None
 
 
 def children(obj: Any) -> list[tuple[str, Any]]:
     """The named edges ``(name, child)`` of obj: a Trackable's tracked attributes, the
     elements of a list or tuple (by index) and the entries of a dict (by ``str(key)``)
-    that are graph nodes, an adapter proxy's children; none for a value."""
-    if isinstance(obj, Trackable):
-        return obj._pyckpt_children()
-    if isinstance(obj, (list, tuple)):
-        return [(str(i), v) for i, v in enumerate(obj) if is_node(v)]
-    if isinstance(obj, dict):
-        return [(str(k), v) for k, v in obj.items() if is_node(v)]
-    if isinstance(obj, (Variable, np.ndarray)):
-        return []
-    proxy = _adapt(obj)
-    return proxy._pyckpt_children() if proxy is not None else []
+    that are graph nodes or Python values (as PyValues), an adapter proxy's
+    children; none for a value."""
+    return _edges(obj)[0]
 
 
 def get_child(obj: Any, name: str) -> Any:
@@ -45,29 +87,39 @@ def get_child(obj: Any, name: str) -> Any:
         return obj._pyckpt_get_child(name)
     if isinstance(obj, (list, tuple)):
         if name.isdigit() and int(name) < len(obj):
-            v = obj[int(name)]
-            return v if is_node(v) else MISSING
+            return _element(obj, int(name), obj[int(name)])
         return MISSING
     if isinstance(obj, dict):
-        if name in obj:
-            v = obj[name]
-        else:
-            for k, v in obj.items():
-                if str(k) == name:
-                    break
-            else:
-                return MISSING
-        return v if is_node(v) else MISSING
+        key = dict_key(obj, name)
+        return MISSING if key is MISSING else _element(obj, key, obj[key])
+    if isinstance(obj, PyValue):
+        return MISSING
     proxy = _adapt(obj)
     return proxy._pyckpt_get_child(name) if proxy is not None else MISSING
 
 
+def dict_key(d: dict, name: str) -> Any:
+    """The key of dict d named ``name`` as an edge (``str(key)``), or MISSING."""
+    if name in d:
+        return name
+    for k in d:
+        if str(k) == name:
+            return k
+    return MISSING
+
+
 def unit_restorer(obj: Any) -> Any:
-    """An adapter node that restores its whole subtree at once (``_pyckpt_restore``)."""
-    if isinstance(obj, (Variable, np.ndarray, Trackable, list, tuple, dict)):
+    """An adapter node that restores its whole subtree at once (``_pyckpt_restore``):
+    a StateNode (stateful.py) or an adapter's node with that method."""
+    if isinstance(obj, (Variable, np.ndarray, Trackable, list, tuple, dict, PyValue)):
         return None
     proxy = _adapt(obj)
     return proxy if proxy is not None and hasattr(proxy, "_pyckpt_restore") else None
+
+
+def ident(obj: Any) -> Any:
+    """What identifies a live node across traversals: ``id(obj)``, or a PyValue's place."""
+    return obj.ident if isinstance(obj, PyValue) else id(obj)
 
 
 def can_defer(obj: Any) -> bool:
@@ -78,7 +130,8 @@ def can_defer(obj: Any) -> bool:
 class LiveGraph:
     """A breadth-first numbering of the live objects reachable from a root."""
 
-    __slots__ = ("objects", "parents", "names", "prefixes", "edges", "values")
+    __slots__ = ("objects", "parents", "names", "prefixes", "edges", "values", "templates",
+                 "units", "ids")
 
     def __init__(self) -> None:
         self.objects: list[Any] = []
@@ -87,6 +140,9 @@ class LiveGraph:
         self.prefixes: list[str] = []    # escaped key path of the node ("" for the root)
         self.edges: list[list[tuple[str, int]]] = []
         self.values: list[int] = []      # node ids holding values
+        self.templates: dict[int, Any] = {}  # node -> template of its state (stateful.py)
+        self.units: list[int] = []       # objects restored as a whole, not descended into
+        self.ids: dict[int, int] = {}    # id(object) -> node
 
     def path(self, i: int) -> list[str]:
         """The edge names from the root to node i."""
@@ -114,15 +170,31 @@ class LiveGraph:
 
     def to_json(self) -> dict:
         """The graph as a manifest's ``graph`` field stores it: per node, its edges, the key
-        of its value (or None) and the type name of its object."""
+        of its value (or None) and the type name of its object; and, when some node has
+        one, its ``state`` (docs/FORMAT.md section 9)."""
         value: list[str | None] = [None] * len(self.objects)
         for n in self.values:
             value[n] = self.prefixes[n] + VALUE_SUFFIX
-        return {
+        doc = {
             "children": [[[name, c] for name, c in e] for e in self.edges],
             "value": value,
-            "kind": [type(o).__name__ for o in self.objects],
+            "kind": [_kind(o) for o in self.objects],
         }
+        if self.templates:
+            def key_of(pv: PyValue) -> str:
+                key = value[self.ids[id(pv)]]
+                assert key is not None, "a template's leaves are value nodes"
+                return key
+
+            state: list[Any] = [None] * len(self.objects)
+            for n, t in self.templates.items():
+                state[n] = resolve(t, key_of)
+            doc["state"] = state
+        return doc
+
+
+def _kind(obj: Any) -> str:
+    return type(obj.value).__name__ if isinstance(obj, PyValue) else type(obj).__name__
 
 
 class _Paths:
@@ -142,11 +214,15 @@ def _component(name: str) -> str:
     return esc
 
 
-def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = ()) -> LiveGraph:
+def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
+             whole_units: bool = False) -> LiveGraph:
     """Breadth-first walk from root; objects whose id() is in ``skip`` are left out,
-    those in ``stop`` are included but not descended into."""
+    those in ``stop`` are included but not descended into, and so are objects
+    restored as a whole (``unit_restorer``) with ``whole_units`` (listed in
+    ``units``). A state that cannot be saved raises TypeError naming its path."""
     g = LiveGraph()
-    ids: dict[int, int] = {id(root): 0}
+    ids = g.ids
+    ids[id(root)] = 0
     skipped = set(skip)
     stopped = set(stop)
     objects, parents, names, prefixes, edges_all = g.objects, g.parents, g.names, g.prefixes, g.edges
@@ -163,14 +239,26 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = ()) -> L
             g.values.append(i)
             i += 1
             continue
-        if is_value(obj):
+        value = is_value(obj)
+        if value:
             g.values.append(i)
         if stopped and id(obj) in stopped:
             i += 1
             continue
+        if whole_units and not value and unit_restorer(obj) is not None:
+            g.units.append(i)
+            i += 1
+            continue
+        try:
+            kids, template = _edges(obj)
+        except TypeError as e:
+            raise TypeError(f"cannot save {_where(g, i)} ({type(obj).__module__}."
+                            f"{type(obj).__qualname__}): {e}") from None
+        if template is not None:
+            g.templates[i] = template
         edges = edges_all[i]
         base = prefixes[i]
-        for name, child in children(obj):
+        for name, child in kids:
             if skipped and id(child) in skipped:
                 continue
             j = ids.get(id(child))
@@ -188,14 +276,30 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = ()) -> L
     return g
 
 
+def _where(g: LiveGraph, i: int) -> str:
+    path = g.path(i)
+    return ".".join(path) if path else "the root"
+
+
 class StoredGraph:
-    """The object graph of a checkpoint: per node, its named edges and the key of its value."""
+    """The object graph of a checkpoint: per node, its named edges, the key of its
+    value, and its state (the tree of a stateful object's state dict or of a Python
+    value, docs/FORMAT.md section 9), each None where there is none."""
 
-    __slots__ = ("edges", "value")
+    __slots__ = ("edges", "value", "state", "_paths")
 
-    def __init__(self, edges: list[list[tuple[str, int]]], value: list[str | None]) -> None:
+    def __init__(self, edges: list[list[tuple[str, int]]], value: list[str | None],
+                 state: list[Any] | None = None) -> None:
         self.edges = edges
         self.value = value
+        self.state: list[Any] = state if state is not None else [None] * len(value)
+        self._paths: list[list[str] | None] | None = None
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "StoredGraph":
+        """The graph of a document ``LiveGraph.to_json`` made (trusted: not validated)."""
+        return cls([[(name, c) for name, c in e] for e in doc["children"]], doc["value"],
+                   doc.get("state"))
 
     def __len__(self) -> int:
         return len(self.value)
@@ -225,7 +329,14 @@ class StoredGraph:
         for i, k in enumerate(raw_value):
             if k is not None and (not isinstance(k, str) or k not in keys):
                 raise bad(f"graph node {i}: value {k!r} is not a key of the checkpoint")
-        return cls(edges, list(raw_value))
+        state = doc.get("state")  # absent in checkpoints without stateful values
+        if state is not None and (not isinstance(state, list) or len(state) != n):
+            raise bad("graph 'state' must be a list with one entry per node")
+        if state is not None:
+            for i, t in enumerate(state):
+                if t is not None and not isinstance(t, (dict, str)):
+                    raise bad(f"graph node {i}: state must be a tree node or null")
+        return cls(edges, list(raw_value), state)
 
     @classmethod
     def from_keys(cls, keys: Iterable[str]) -> "StoredGraph":
@@ -257,6 +368,8 @@ class StoredGraph:
 
     def paths(self) -> list[list[str] | None]:
         """First breadth-first path to every node (None if unreachable)."""
+        if self._paths is not None:
+            return self._paths
         out: list[list[str] | None] = [None] * len(self.value)
         out[0] = []
         queue = [0]
@@ -267,4 +380,5 @@ class StoredGraph:
                 if out[child] is None:
                     out[child] = base + [name]
                     queue.append(child)
+        self._paths = out
         return out

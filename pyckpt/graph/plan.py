@@ -9,9 +9,13 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import describe_dtypes, same_dtype
-from .keys import escape, path_string
-from .object_graph import MISSING, can_defer, get_child, traverse, value_array
+from ..tree import skeleton_leaves
+from .keys import STATE_SUFFIX, escape, path_string
+from .object_graph import (MISSING, can_defer, get_child, ident, traverse, unit_restorer,
+                           value_array)
+from .restore import live_values, unrestored_keys
 from .sources import ValueSource
+from .stateful import PyValue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,11 +84,14 @@ def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
     g = source.graph
     excl_obj = {id(o) for o in exclude_objects}
     excl_keys = set(exclude_keys)
-    live = traverse(root, skip=excl_obj)
-    live_index = {id(o): i for i, o in enumerate(live.objects)}
+    live = traverse(root, skip=excl_obj, whole_units=True)
+    live_index = {ident(o): i for i, o in enumerate(live.objects)}
     matched: dict[int, Any] = {}
-    restore, conflicts, pending_nodes = [], [], []
-    matched_live: set[int] = set()
+    restore: list[tuple[str, str]] = []
+    conflicts: list[Conflict] = []
+    pending_nodes: list[int] = []
+    matched_live: set[Any] = set()
+    consumed: set[int] = set()
     queue = [(root, 0)]
     head = 0
     while head < len(queue):
@@ -93,6 +100,25 @@ def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
         if n in matched:
             continue
         matched[n] = o
+        whole = isinstance(o, PyValue) or unit_restorer(o) is not None
+        if whole:  # restored by replacement / as a whole: from its state, or the keys below
+            if isinstance(o, PyValue) and g.value[n] is None and g.state[n] is None:
+                continue
+            i = live_index.get(ident(o))
+            where = path_string(live.paths[i]) if i is not None else "?"
+            below = _nodes_below(g, [n]) if not isinstance(o, PyValue) else {n}
+            if g.state[n] is not None:
+                below |= _state_nodes(g, n)
+            keys: list[str] = sorted(k for k in (g.value[m] for m in below)
+                                     if k is not None and k not in excl_keys)
+            if not keys and g.state[n] is None:
+                continue
+            paths = g.paths()
+            restore.extend((k, where) for k in keys or
+                           ["/".join(escape(x) for x in paths[n] or []) + STATE_SUFFIX])
+            consumed |= below | {n}
+            matched_live.add(ident(o))
+            continue
         key = g.value[n]
         arr = value_array(o)
         if key is not None and key not in excl_keys and arr is not None:
@@ -106,6 +132,7 @@ def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
             else:
                 restore.append((key, where))
                 matched_live.add(id(o))
+                consumed.add(n)
         for edge, child in g.edges[n]:
             if child in matched:
                 continue
@@ -115,30 +142,45 @@ def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
                     pending_nodes.append(child)
             else:
                 queue.append((c, child))
-    restored = {k for k, _ in restore}
-    pending = sorted(_keys_below(g, pending_nodes, excl_keys) - restored)
-    unmatched_keys = sorted(k for k in g.value
-                            if k is not None and k not in excl_keys and k not in restored)
-    unmatched_objects = [path_string(live.paths[v]) for v in live.values
-                         if id(live.objects[v]) not in matched_live]
+    unmatched_keys = unrestored_keys(g, consumed, excl_keys)
+    pending = sorted(_keys_below(g, pending_nodes, excl_keys) & set(unmatched_keys))
+    unmatched_objects = [path_string(live.paths[v]) for v in live_values(live)
+                         if ident(live.objects[v]) not in matched_live]
     suggestion = None
     if unmatched_keys and unmatched_objects:
         suggestion = _suggest_prefix(g, live, excl_keys)
     return RestorePlan(restore, pending, unmatched_keys, unmatched_objects, conflicts, suggestion)
 
 
-def _keys_below(g: Any, nodes: list[int], excl: set[str]) -> set[str]:
-    out: set[str] = set()
+def _nodes_below(g: Any, nodes: list[int]) -> set[int]:
+    """The stored nodes reachable from ``nodes`` (themselves included)."""
     seen = set(nodes)
     stack = list(nodes)
     while stack:
         n = stack.pop()
-        if g.value[n] is not None and g.value[n] not in excl:
-            out.add(g.value[n])
         for _, c in g.edges[n]:
             if c not in seen:
                 seen.add(c)
                 stack.append(c)
+    return seen
+
+
+def _state_nodes(g: Any, n: int) -> set[int]:
+    """The value nodes the state of stored node n names."""
+    try:
+        keys = set(skeleton_leaves(g.state[n]))
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError):
+        return set()
+    return {m for m, k in enumerate(g.value) if k in keys}
+
+
+def _keys_below(g: Any, nodes: list[int], excl: set[str]) -> set[str]:
+    """The keys (and names of keyless states) held at or below ``nodes``."""
+    below = _nodes_below(g, nodes)
+    out = {g.value[n] for n in below if g.value[n] is not None and g.value[n] not in excl}
+    paths = g.paths()
+    out.update("/".join(escape(x) for x in paths[n] or []) + STATE_SUFFIX
+               for n in below if g.state[n] is not None and g.value[n] is None)
     return out
 
 

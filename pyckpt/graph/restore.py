@@ -5,6 +5,11 @@ objects, by edge names (never by variable names). Values of matched value
 nodes are read straight into the live arrays/Variables in one batched read.
 Edges without a live counterpart under a Trackable or tracked container
 become pending (restore-on-create, deferred.py).
+
+Stateful values (stateful.py) are restored by replacement: a PyValue (a Python
+value in a list or dict) is rebuilt from its stored state and put back into its
+container; a StateNode's state dict is rebuilt from its stored template and
+loaded into its object (``load_state_dict``).
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ import numpy as np
 
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from ..device.array import DeviceArray
+from ..tree import skeleton_leaves, unflatten
 from . import deferred
-from .keys import path_string
-from .object_graph import (MISSING, can_defer, get_child, traverse, unit_restorer,
+from .keys import STATE_SUFFIX, escape, path_string
+from .object_graph import (MISSING, can_defer, get_child, ident, traverse, unit_restorer,
                            value_array, value_target)
 from .sources import ValueSource
+from .stateful import PyValue
 
 
 class RestoreSession:
@@ -31,19 +38,27 @@ class RestoreSession:
         self.graph = source.graph
         self.root = root
         self.matched: dict[int, Any] = {}      # stored node -> live object
-        self.node_of: dict[int, int] = {}      # id(live object) -> stored node
-        self.consumed: set[int] = set()        # stored value nodes restored
+        self.node_of: dict[Any, int] = {}      # ident(live object) -> stored node
+        self.consumed: set[int] = set()        # stored value (and state) nodes restored
         self.exclude_objects = {id(o) for o in exclude_objects}
         self.exclude_keys = set(exclude_keys)
         self._with_values: set[int] | None = None
         self.units: set[int] = set()  # ids of objects restored as a whole
+        self._key_nodes: dict[str, int] | None = None
 
     # -- matching --------------------------------------------------------------------
     def restore_subtree(self, obj: Any, node: int, parent: Any = None, name: str | None = None) -> None:
-        """Matches obj with stored node (and everything below), then restores the values."""
+        """Matches obj with stored node (and everything below), then restores the values.
+        ``parent`` / ``name``: where obj was just assigned (restore-on-create), so that a
+        Python value there can be replaced."""
         g = self.graph
+        if parent is not None and name is not None and isinstance(parent, (list, dict)):
+            obj = get_child(parent, name)  # a Python value there becomes its PyValue
+            if obj is MISSING:
+                return
         queue = [(obj, node)]  # breadth-first, so the first path to a node wins
         assign: list[tuple[int, Any]] = []
+        replace: list[tuple[int, PyValue]] = []
         head = 0
         while head < len(queue):
             o, n = queue[head]
@@ -51,7 +66,11 @@ class RestoreSession:
             if n in self.matched or id(o) in self.exclude_objects:
                 continue
             self.matched[n] = o
-            self.node_of.setdefault(id(o), n)
+            self.node_of.setdefault(ident(o), n)
+            if isinstance(o, PyValue):
+                if g.value[n] is not None or g.state[n] is not None:
+                    replace.append((n, o))
+                continue
             unit = unit_restorer(o)
             if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
                 self._restore_unit(unit, o, n)
@@ -69,9 +88,75 @@ class RestoreSession:
                 else:
                     queue.append((c, child))
         self._assign(assign)
+        self._replace(replace)
+
+    # -- stateful values (stateful.py) ---------------------------------------------------
+    def _keys(self) -> dict[str, int]:
+        """The checkpoint's keys held by graph nodes, with their node."""
+        if self._key_nodes is None:
+            self._key_nodes = {k: n for n, k in enumerate(self.graph.value) if k is not None}
+        return self._key_nodes
+
+    def _rebuild(self, wanted: list[tuple[int, str | None]]) -> list[tuple[Any, list[int]]]:
+        """Per ``(stored node, fallback kind)``: (the Python value of the node, the value
+        nodes it was read from), reading every value they name in one batch. A node's
+        value is its ``state`` tree with the values it names; a node without one (a
+        checkpoint written before states existed) gives its array, rebuilt as the
+        fallback kind."""
+        g = self.graph
+        held = self._keys()
+        trees, keys, arrays = [], [], []
+        for node, fallback in wanted:
+            tree = g.state[node]
+            if tree is None:
+                tree = g.value[node] if fallback in (None, "ndarray") else \
+                    {"s": g.value[node], "as": fallback}
+            try:
+                names = list(skeleton_leaves(tree))
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+                raise ValueError(f"cannot restore from {self.source.describe()}: malformed "
+                                 f"state of graph node {node}: {e}") from None
+            for k in names:
+                if k not in held:
+                    raise ValueError(f"cannot restore from {self.source.describe()}: the state "
+                                     f"of graph node {node} names {k!r}, which the checkpoint "
+                                     "lacks")
+                shape, dtype = self.source.shape_dtype(k)
+                keys.append(k)
+                arrays.append(np.empty(shape, dtype=dtype))
+            trees.append((node, tree, names))
+        self.source.read(keys, arrays)
+        values = dict(zip(keys, arrays))
+        out = []
+        for node, tree, names in trees:
+            try:
+                out.append((unflatten(tree, values), [held[k] for k in names]))
+            except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+                raise ValueError(f"cannot restore from {self.source.describe()}: malformed "
+                                 f"state of graph node {node}: {e}") from None
+        return out
+
+    def _replace(self, replace: list[tuple[int, PyValue]]) -> None:
+        """Rebuilds each stored Python value and puts it in place of the live one."""
+        if not replace:
+            return
+        scalar = ("int", "float", "bool", "complex", "numpy_scalar")
+        built = self._rebuild([(n, pv.kind if pv.kind in scalar else None) for n, pv in replace])
+        for (n, pv), (value, read) in zip(replace, built):
+            pv.put(value)
+            self.node_of.setdefault(id(value), n)  # a value that is a node itself (an array)
+            self.consumed.update(read)
+            self.consumed.add(n)
 
     def _restore_unit(self, unit: Any, obj: Any, node: int) -> None:
         g = self.graph
+        if g.state[node] is not None and hasattr(unit, "_pyckpt_load"):
+            [(state, read)] = self._rebuild([(node, None)])
+            unit._pyckpt_load(state)
+            self.consumed.update(read)
+            self.consumed.add(node)
+            self.units.add(id(obj))
+            return
         nodes: list[tuple[int, str, dict[str, Any]]] = []
         keys: list[str] = []
         values: dict[str, Any] = {}
@@ -102,7 +187,8 @@ class RestoreSession:
         self.units.add(id(obj))
 
     def _has_values_below(self, node: int) -> bool:
-        """Whether a stored node or anything below it holds a (non-excluded) value."""
+        """Whether a stored node or anything below it holds a (non-excluded) value or a
+        state."""
         if self._with_values is None:
             g = self.graph
             parents: list[list[int]] = [[] for _ in range(len(g.value))]
@@ -111,6 +197,7 @@ class RestoreSession:
                     parents[c].append(n)
             marked = {n for n, k in enumerate(g.value)
                       if k is not None and k not in self.exclude_keys}
+            marked.update(n for n, t in enumerate(g.state) if t is not None)
             stack = list(marked)
             while stack:
                 for p in parents[stack.pop()]:
@@ -164,17 +251,23 @@ class RestoreSession:
     # -- reports -----------------------------------------------------------------------
     def unmatched_checkpoint_keys(self) -> list[str]:
         """Checkpoint keys not restored so far (pending ones included), sorted; excluded
-        keys left out."""
-        g = self.graph
-        return sorted(k for n, k in enumerate(g.value)
-                      if k is not None and n not in self.consumed and k not in self.exclude_keys)
+        keys left out. A state held by no key (a string in a dict, a state dict of
+        strings only) is named by its path and ``STATE_SUFFIX``."""
+        return unrestored_keys(self.graph, self.consumed, self.exclude_keys)
 
     def unmatched_objects(self) -> list[str]:
-        """Paths of live values (reachable from the root now) that received no value."""
-        live = traverse(self.root, skip=self.exclude_objects, stop=self.units)
+        """Paths of live values (reachable from the root now) that received no value:
+        arrays, Variables, Python values in lists and dicts, and objects restored as
+        a whole (torch optimizers, objects with ``state_dict()``)."""
+        live = traverse(self.root, skip=self.exclude_objects, whole_units=True)
         out = []
-        for v in live.values:
-            n = self.node_of.get(id(live.objects[v]))
+        for v in sorted(live_values(live)):
+            obj = live.objects[v]
+            if v in live.units:
+                if id(obj) not in self.units:
+                    out.append(path_string(live.paths[v]))
+                continue
+            n = self.node_of.get(ident(obj))
             if n is None or n not in self.consumed:
                 out.append(path_string(live.paths[v]))
         return out
@@ -182,6 +275,36 @@ class RestoreSession:
     def pending_count(self) -> int:
         """How many checkpoint values are not restored yet (``unmatched_checkpoint_keys``)."""
         return len(self.unmatched_checkpoint_keys())
+
+
+def live_values(live: Any) -> list[int]:
+    """The live nodes a restore must reach: value nodes, Python values kept as text
+    in lists and dicts, and objects restored as a whole (when traversed with
+    ``whole_units``)."""
+    out = set(live.values) | set(live.units)
+    out.update(n for n, o in enumerate(live.objects)
+               if isinstance(o, PyValue) and o.parent is not None)
+    return sorted(out)
+
+
+def unrestored_keys(g: Any, consumed: set[int], exclude_keys: set[str]) -> list[str]:
+    """``unmatched_checkpoint_keys`` of stored graph g given the nodes consumed."""
+    out = [k for n, k in enumerate(g.value)
+           if k is not None and n not in consumed and k not in exclude_keys]
+    paths = None
+    for n, t in enumerate(g.state):
+        if t is None or n in consumed or g.value[n] is not None:
+            continue
+        try:
+            if skeleton_leaves(t):
+                continue  # reported through its keys
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError):
+            pass
+        paths = paths if paths is not None else g.paths()
+        p = paths[n]
+        if p is not None:
+            out.append("/".join(escape(x) for x in p) + STATE_SUFFIX)
+    return sorted(out)
 
 
 def _lists(tree: Any) -> Any:
@@ -253,8 +376,8 @@ class LoadStatus:
         """At least one value other than the save counter was restored."""
         s = self._need()
         restored = [s.graph.value[n] for n in s.consumed]
-        # (every consumed node holds a value: k is never None)
-        if not [k for k in restored if k is not None and not k.startswith("save_counter/")]:
+        # (a consumed node holds a value, or a state: k is None)
+        if not [k for k in restored if k is None or not k.startswith("save_counter/")]:
             raise AssertionError("nothing besides the save counter was restored: the checkpoint "
                                  "and the objects share no structure")
         return self

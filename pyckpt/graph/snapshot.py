@@ -22,11 +22,12 @@ from ..device.array import DeviceArray
 from ..device.engine import CopyEngine, Ticket
 from ..load_into import collect_targets
 from ..registry import node_proxy
-from ..tree import flatten, rebuild_leaf
+from ..tree import flatten, rebuild_leaf, skeleton_leaves, unflatten
 from ..variables import Variable
-from .keys import VALUE_SUFFIX, unescape
+from .keys import VALUE_SUFFIX, escape, unescape
 from .nodes import value_target
 from .object_graph import StoredGraph, traverse, unit_restorer
+from .stateful import PyValue
 from .trackable import Trackable
 
 __all__ = ["Snapshot", "take_snapshot", "copy_state", "copy_values"]
@@ -276,7 +277,7 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     assert len(final) == len(srcs)
     copy_values(srcs, final, threads)
     doc = live.to_json()
-    snap.graph = StoredGraph([[(name, c) for name, c in e] for e in doc["children"]], doc["value"])
+    snap.graph = StoredGraph.from_doc(doc)
     snap.graph_doc = doc
     for d in final:
         if isinstance(d, np.ndarray):
@@ -314,14 +315,22 @@ def _is_graph(x: Any) -> bool:
     return node_proxy(x) is not None
 
 
-def _sources(x: Any) -> dict[str, Value]:
+def _sources(x: Any) -> tuple[dict[str, Value], dict[str, Any]]:
+    """(key -> value, key prefix of a stateful object -> its stored state tree)."""
     if isinstance(x, Snapshot):
-        return dict(x.arrays)
+        return dict(x.arrays), _states(x.graph)
     if _is_graph(x):
         live = traverse(x)
-        return {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
+        values = {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
+        return values, _states(StoredGraph.from_doc(live.to_json()))
     leaves, _ = flatten(x)
-    return {lf.key: lf.array for lf in leaves}
+    return {lf.key: lf.array for lf in leaves}, {}
+
+
+def _states(g: StoredGraph) -> dict[str, Any]:
+    paths = g.paths()
+    return {"/".join(escape(p) for p in paths[n] or []): t for n, t in enumerate(g.state)
+            if t is not None and paths[n] is not None}
 
 
 class _Targets:
@@ -334,6 +343,8 @@ class _Targets:
         self.setters: dict[str, tuple[Callable[[Any], None], str]] = {}
         #: (key prefix, restorer) of objects restored as a whole (a torch optimizer)
         self.units: list[tuple[str, Any]] = []
+        #: (key prefix, value) of Python values stored as text (str, None in a dict)
+        self.texts: list[tuple[str, PyValue]] = []
 
 
 def _targets(x: Any) -> _Targets:
@@ -349,8 +360,14 @@ def _targets(x: Any) -> _Targets:
             u = units.get(id(o))
             if u is not None:
                 out.units.append((live.prefixes[n], u))
+        out.texts = [(live.prefixes[n], o) for n, o in enumerate(live.objects)
+                     if isinstance(o, PyValue) and o.parent is not None and o.array is None]
         for k, n in zip(live.value_keys(), live.values):
-            out.arrays[k] = _value_target(live.objects[n])
+            obj = live.objects[n]
+            if isinstance(obj, PyValue) and obj.parent is not None:  # replaced, not filled
+                out.setters[k] = (obj.put, obj.kind or "ndarray")
+            else:
+                out.arrays[k] = _value_target(obj)
         return out
     for t in collect_targets(x):
         if t.sharded is not None:
@@ -419,7 +436,7 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     object restored as a whole (a torch optimizer) gets the source's values
     below it through its restore hook, as ``Checkpoint.restore`` does.
     """
-    s = _sources(src)
+    s, states = _sources(src)
     d = _targets(dst)
     problems: list[str] = []
     unit_keys: list[list[str]] = []
@@ -433,7 +450,9 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
         missing = [k for k in s if k not in d.arrays and k not in d.setters and k not in claimed]
         extra = [k for k in list(d.arrays) + list(d.setters) if k not in s]
         extra += [f"{prefix or '<root>'} (restored as a whole)"
-                  for (prefix, _), ks in zip(d.units, unit_keys) if not ks]
+                  for (prefix, _), ks in zip(d.units, unit_keys) if not ks and prefix not in states]
+        extra += [f"{prefix} (a {type(pv.value).__name__})" for prefix, pv in d.texts
+                  if prefix not in states]
         if missing:
             problems.append(f"{len(missing)} key(s) of the source missing in the destination: "
                             + ", ".join(map(repr, missing[:20])))
@@ -479,12 +498,18 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
         copy_values([s[k] for k in ks], vals, threads)
         unit_vals.append(vals)
     for (prefix, unit), ks, vals in zip(d.units, unit_keys, unit_vals):
-        if ks:
+        state = states.get(prefix)
+        if state is not None and hasattr(unit, "_pyckpt_load"):  # its exact state dict
+            unit._pyckpt_load(unflatten(state, dict(zip(ks, vals))))
+        elif ks:
             paths = [_below(prefix, k) or [] for k in ks]
             unit._pyckpt_restore(_nested(paths, vals))
     copy_values(pairs_src, pairs_dst, threads)
     for f in finish:
         f()
+    for prefix, pv in d.texts:  # strings, None...: from the source's stored state
+        if prefix in states and not skeleton_leaves(states[prefix]):
+            pv.put(unflatten(states[prefix], {}))
     scalars = [np.empty(arr.shape, dtype=arr.dtype) for _, _, arr in setters]
     copy_values([arr for _, _, arr in setters], scalars, threads)
     for (setter, kind, _), value in zip(setters, scalars):

@@ -1,8 +1,10 @@
 """``pyckpt.Trackable``: objects joined by named attribute edges (docs/API.md section 2).
 
-Assigning an attribute whose value is a Variable, an ndarray, a Trackable, or
-a list / tuple / dict (nested) of those creates a dependency edge named after
-the attribute; names starting with ``_`` are not tracked. Lists and dicts are
+Assigning an attribute whose value is a Variable, an ndarray, a Trackable, an
+object with a state dict or a random generator (stateful.py), or a list / tuple
+/ dict (nested) of those creates a dependency edge named after the attribute;
+names starting with ``_`` are not tracked. Other values (numbers, strings) are
+configuration and not tracked here; ``Checkpoint`` refuses them. Lists and dicts are
 stored as tracked copies (containers.py). Assigning a value under a name for
 which a restore is pending restores it on the spot (deferred.py).
 

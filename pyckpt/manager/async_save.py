@@ -15,6 +15,10 @@ the next async save (no allocation, no pinning, no first-touch page faults)
 and freed by ``close()``; ``warm()`` allocates them ahead of the first save.
 At most one save is in flight: a new save first waits for the previous one.
 With ``max_async_bytes`` set, a state larger than that is saved blocking.
+
+With several workers the work run here is one worker's part of the save
+(``dist/background.py``: write, publish its result through the store, and on
+rank 0 commit): it never issues a collective (docs/PROTOCOL.md section 6b).
 """
 
 from __future__ import annotations

@@ -2,13 +2,16 @@
 training run in one directory, retention, crash recovery, async saves.
 
 Save sequence (docs/PROTOCOL.md, "Manager"):
- 1. wait for the previous async save (raising its error, if any);
+ 1. wait for the previous async save (raising its error, if any; with several
+    workers they also agree on its outcome, so that all raise or none);
  2. take or renew the writer lease (a newer manager of this process takes it
     over from an older one, after that one's save in flight; a lease taken anew
     re-reads the state file); on the first save, clean up leftovers of
     crashed runs (uncommitted ``<name>-<N>`` directories, half-done deletions);
  3. write and commit ``<directory>/<name>-<N>`` (in the background when
-    ``blocking=False``, from a staging copy made before returning);
+    ``blocking=False``, from a staging copy made before returning; with several
+    workers the collectives run here and the background part talks through the
+    store only: docs/PROTOCOL.md section 6b, ``dist/background.py``);
  4. record it in the state file (atomic replace), then apply retention: a
     checkpoint to delete is first marked ``deleting`` in the state file, then
     its index is removed (it stops being a checkpoint), then its files.
@@ -26,12 +29,14 @@ import weakref
 from typing import Any, Callable
 
 from .. import saving
+from ..dist import background
 from ..dist.comm import Communicator, resolve_comm
+from ..dist.save import DistributedSaveError
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
 from ..graph.object_graph import LiveGraph, traverse
 from ..storage import resolve
-from ..device.staging import has_device_values
+from ..device.staging import has_device_values, stage_values
 from .async_save import AsyncSaver
 from .lock import WriterLease
 from .retention import check_mode, preserve, select_removals
@@ -92,6 +97,12 @@ class CheckpointManager:
         self._warm_staging()
         self._last_step: int | None = None
         self._cleaned = False
+        # multi-worker async saves (docs/PROTOCOL.md section 6b): whether one was started
+        # since the workers last agreed on the outcome; rank 0: the failed attempt whose
+        # files wait for removal, and the last commit (name, number, metrics)
+        self._unsettled = False
+        self._failed_attempt: tuple[str, str] | None = None
+        self._last_commit: tuple[str, int, dict | None] | None = None
         self._state = self._recover()
         _LIVE.add(self)
 
@@ -151,7 +162,12 @@ class CheckpointManager:
         """Saves a new numbered checkpoint; returns its path, or None when the step
         interval says it is too soon. With ``blocking=False`` it returns once the
         state is copied to host memory and finishes in the background."""
-        self._async.wait()
+        comm = resolve_comm(self._comm)
+        multi = comm is not None and comm.world_size > 1
+        if comm is not None and multi and self._unsettled:
+            self._settle(comm)
+        else:
+            self._async.wait()
         if self._interval is not None:
             step = int(self._step_counter)
             if self._last_step is not None:
@@ -160,8 +176,6 @@ class CheckpointManager:
             self._last_step = step
         if metrics is not None:
             json.dumps(metrics, allow_nan=False)  # must be storable in the state file
-        comm = resolve_comm(self._comm)
-        multi = comm is not None and comm.world_size > 1
         # the coordinator keeps the state and retention
         lead = not multi or (comm is not None and comm.rank == 0)
         if lead:
@@ -224,11 +238,16 @@ class CheckpointManager:
             path = self._store.join(self._dir, name)
             url = self._store.url(path)
             self._warn_if_below(number)
-            live = None if blocking or multi else traverse(self._checkpoint)
+            live = None if blocking else traverse(self._checkpoint)
             sync = live is None or not self._async_fits(live)
+            if comm is not None and multi and live is not None:
+                sync = not self._agree(comm, name, not sync)
             try:
                 if sync:
                     self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
+                elif comm is not None and multi:
+                    assert live is not None
+                    bg = self._stage_multi(comm, path, live)
                 else:
                     assert live is not None
                     work = self._stage_async(path, live)
@@ -242,6 +261,9 @@ class CheckpointManager:
             else:
                 self._record(name, number, metrics)
             return url
+        if multi:
+            self._unsettled = True
+            return self._finish_multi(bg, counter, counted, name, number, metrics, lead), url
 
         def finish() -> None:
             try:
@@ -257,6 +279,107 @@ class CheckpointManager:
                 self._lease.end()  # a newer manager waiting to take over may go on
 
         return finish, url
+
+    # -- multi-worker async saves (docs/PROTOCOL.md section 6b) ------------------------------
+    def _agree(self, comm: Communicator, name: str, fits: bool) -> bool:
+        """Collective: every worker saves the same checkpoint, and in the background
+        only if every worker's state fits ``max_async_bytes``."""
+        views = comm.all_gather((name, bool(fits)))
+        names = sorted({v[0] for v in views})
+        if len(names) > 1:
+            raise ValueError(f"the workers would save different checkpoints ({', '.join(names)}): "
+                             "their save counters or checkpoint_number differ")
+        return all(v[1] for v in views)
+
+    def _stage_multi(self, comm: Communicator, path: str,
+                     live: LiveGraph) -> background.BackgroundSave:
+        """Collective, in the caller's thread: copies this worker's values into the
+        staging buffers, then plans the save with the other workers (no collective
+        is left for the background part)."""
+        keys = live.value_keys()
+        srcs = [live.array_of(n) for n in live.values]
+        objs = [live.objects[n] for n in live.values]
+
+        def stage() -> list[tuple[str, Any]]:
+            bufs = self._async.buffers(keys, srcs)
+            stage_values(srcs, bufs)
+            return list(zip(keys, background.planned(objs, bufs)))
+
+        return background.prepare(comm, self._store, path, stage, graph=live.to_json())
+
+    def _finish_multi(self, bg: background.BackgroundSave, counter: Any, counted: int,
+                      name: str, number: int, metrics: dict | None,
+                      lead: bool) -> Callable[[], None]:
+        """The background part of one worker: write, publish, and on rank 0 commit,
+        record and retire; on the others, wait for the commit and track it."""
+        def finish() -> None:
+            try:
+                try:
+                    bg.run()
+                except BaseException as e:
+                    if int(counter) == counted:  # untouched since: give the number back
+                        counter.assign_sub(1)
+                    if lead:
+                        self._failed_attempt = (bg.path, bg.attempt)
+                    add_note(e, f"{self._url(name)} was not saved by this call: nothing of it "
+                                "was committed (its files are removed at the next save)")
+                    raise
+                if lead:
+                    self._last_commit = (name, number, metrics)
+                self._record(name, number, metrics, write=lead)
+            finally:
+                if lead:
+                    self._lease.end()  # a newer manager waiting to take over may go on
+
+        return finish
+
+    def _settle(self, comm: Communicator) -> None:
+        """Collective, at the next save after a multi-worker async save: each worker
+        waits for its background part, then all learn every worker's outcome and
+        raise together (or go on together), so that their collectives stay in step.
+        Rank 0 then removes what a failed attempt left (every worker is done with
+        it), and a worker that missed rank 0's commit (it stopped waiting) catches up
+        with rank 0's save counter and list."""
+        err: BaseException | None = None
+        try:
+            self._async.wait()
+        except BaseException as e:  # raised below, after the others heard of it
+            err = e
+        self._unsettled = False
+        mine = None if err is None else f"{type(err).__name__}: {err}"[-4000:]
+        reports = comm.gather(mine)
+        truth = None
+        if comm.rank == 0:
+            self._discard_failed()
+            truth = (reports, int(self._checkpoint.save_counter), self._last_commit)
+        reports, count, last = comm.broadcast(truth)
+        self._last_commit = None
+        if comm.rank != 0:
+            counter = self._checkpoint.save_counter
+            if int(counter) != count:
+                counter.assign(count)
+            if last is not None and last[0] not in {e.name for e in self._state.active}:
+                name, number, metrics = last
+                self._record(name, number, metrics, write=False)
+        if err is not None:
+            raise err
+        failed = [f"rank {r}: {m}" for r, m in enumerate(reports) if m is not None]
+        if failed:
+            raise DistributedSaveError("the background save before this call failed on "
+                                       "another worker; this save did not start:\n"
+                                       + "\n".join(failed))
+
+    def _discard_failed(self) -> None:
+        """Rank 0: removes the files of a failed multi-worker async save."""
+        if self._failed_attempt is None:
+            return
+        path, attempt = self._failed_attempt
+        self._failed_attempt = None
+        try:
+            background.discard(self._store, path, attempt)
+        except OSError as e:
+            warnings.warn(f"could not remove the files of a failed save under "
+                          f"{self._store.url(path)}: {e}")
 
     def _warn_if_below(self, number: int) -> None:
         """Numbering at or below an existing checkpoint is allowed (TensorFlow does it),

@@ -57,7 +57,22 @@ class StallError(TimeoutError):
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether retrying the same request may succeed."""
+    """Whether retrying the same request may succeed: ``exc``, or the error it was
+    raised from (s3fs turns a botocore ClientError into an OSError, e.g. 503
+    SlowDown into ``OSError(EBUSY)``, with the ClientError as its ``__cause__``).
+    A CheckpointIOError is a final verdict, never transient."""
+    for _ in range(5):
+        if isinstance(exc, CheckpointIOError):
+            return False
+        if _is_transient_one(exc):
+            return True
+        if exc.__cause__ is None:
+            return False
+        exc = exc.__cause__
+    return False
+
+
+def _is_transient_one(exc: BaseException) -> bool:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
     for cls in type(exc).__mro__:

