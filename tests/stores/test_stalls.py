@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import pyckpt
+from pyckpt.engine import write_executor
 from pyckpt.storage.options import RemoteOptions
 from pyckpt.testing import servers
 from pyckpt.testing.requirements import require
@@ -146,7 +147,7 @@ def test_stalled_server_save_fails_with_the_upload_error_and_commits_nothing(wee
     assert time.monotonic() - t0 < 120
 
 
-def test_default_timeouts_bound_a_stalled_save_under_3_minutes(weed, rng):
+def test_default_timeouts_bound_a_stalled_save_under_3_minutes(weed, rng, monkeypatch):
     """The default options, measured (about 80 s): the save is stalled mid-upload and
     fails within 3 minutes (1,065 s before issue 10); the defaults' bound is asserted
     from the options too. The slowest test of this module, on purpose."""
@@ -155,11 +156,19 @@ def test_default_timeouts_bound_a_stalled_save_under_3_minutes(weed, rng):
     assert defaults.stall_timeout <= 60 and defaults.deadline <= 90
     so = {**weed.options, "pyckpt": {"part_size": 5 << 20}}   # timeouts: the defaults
     url = _url("stalled-defaults")
-    callback, fired = _stall_when_uploading(weed)
+    fired: list[float] = []
+    fill = write_executor.ShardLayout.fill
+
+    def stall_at_first_part(self, begin, buf):  # deterministic: before any part is sent
+        if not fired:
+            fired.append(time.monotonic())
+            weed.stop_now()
+        return fill(self, begin, buf)
+
+    monkeypatch.setattr(write_executor.ShardLayout, "fill", stall_at_first_part)
     try:
         with pytest.raises(pyckpt.CheckpointIOError) as ei:
-            pyckpt.save({"a": rng.standard_normal(5_000_000)}, url, storage_options=so,
-                        progress=callback)
+            pyckpt.save({"a": rng.standard_normal(5_000_000)}, url, storage_options=so)
         failed_after = time.monotonic() - fired[0]
     finally:
         weed.resume()
