@@ -82,6 +82,12 @@ class AsyncSaver:
         """Whether a background save is running."""
         return self._thread is not None and self._thread.is_alive()
 
+    def join(self) -> None:
+        """Waits for the in-flight save without taking its error (``wait`` raises it)."""
+        t = self._thread
+        if t is not None:
+            t.join()
+
     def wait(self) -> None:
         """Waits for the in-flight save; re-raises its error (once)."""
         t = self._thread

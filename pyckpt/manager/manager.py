@@ -16,6 +16,9 @@ Save sequence (docs/PROTOCOL.md, "Manager"):
     checkpoint to delete is first marked ``deleting`` in the state file, then
     its index is removed (it stops being a checkpoint), then its files.
 The newest committed checkpoint is never deleted.
+
+With ``local_dir`` the manager is tiered (docs/API.md section 13): it holds one
+manager per tier and ``tiers.py`` persists local checkpoints to ``directory``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from ..storage import resolve
 from ..device.staging import has_device_values, stage_values
 from .async_save import AsyncSaver
 from .lock import WriterLease
+from .tiers import Tiers
 from .retention import check_mode, preserve, select_removals
+from ..engine.copy import copy_checkpoint
 from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
                           committed_steps, parse_step, read_state, recover_state,
                           write_state)
@@ -70,7 +75,9 @@ class CheckpointManager:
                  best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
                  storage_options: dict | None = None, *, max_async_bytes: int | None = None,
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 comm: Communicator | None = None) -> None:
+                 comm: Communicator | None = None, local_dir: Any = None,
+                 local_max_to_keep: int | None = 2, persist_every: int | None = None,
+                 persist_interval_seconds: float | None = None) -> None:
         if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
             raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
         if max_to_keep is not None and max_to_keep < 1:
@@ -79,6 +86,29 @@ class CheckpointManager:
             raise ValueError("checkpoint_interval needs a step_counter")
         check_checkpoint_name(checkpoint_name)
         self._checkpoint = checkpoint
+        # names of local checkpoints a tiered manager is persisting: retention skips them
+        self._pinned: set[str] = set()
+        self._tiers: Tiers | None = None
+        if local_dir is not None:  # tiered (docs/API.md section 13): one manager per tier
+            if local_max_to_keep is not None and local_max_to_keep < 1:
+                raise ValueError("local_max_to_keep must be None or at least 1")
+            local = CheckpointManager(checkpoint, local_dir, local_max_to_keep,
+                                      checkpoint_name=checkpoint_name, step_counter=step_counter,
+                                      checkpoint_interval=checkpoint_interval,
+                                      max_async_bytes=max_async_bytes,
+                                      lease_seconds=lease_seconds, clock=clock, comm=comm)
+            durable = CheckpointManager(checkpoint, directory, max_to_keep,
+                                        keep_checkpoint_every_n_hours,
+                                        checkpoint_name=checkpoint_name, best_fn=best_fn,
+                                        best_mode=best_mode, storage_options=storage_options,
+                                        max_async_bytes=0,  # it only copies: no staging
+                                        lease_seconds=lease_seconds, clock=clock, comm=comm)
+            self._tiers = Tiers(local, durable, persist_every, persist_interval_seconds)
+            self._init_fn = init_fn
+            self._comm = comm
+            return
+        if persist_every is not None or persist_interval_seconds is not None:
+            raise ValueError("persist_every and persist_interval_seconds need a local_dir")
         self._store, self._dir = resolve(directory, storage_options)
         self._storage_options = storage_options
         self._max_to_keep = max_to_keep
@@ -128,7 +158,9 @@ class CheckpointManager:
     # -- properties ---------------------------------------------------------------------
     @property
     def directory(self) -> str:
-        """The URL of the managed directory."""
+        """The URL of the managed directory (tiered: the durable one)."""
+        if self._tiers is not None:
+            return self._tiers.durable.directory
         return self._store.url(self._dir)
 
     @property
@@ -138,18 +170,26 @@ class CheckpointManager:
 
     @property
     def checkpoints(self) -> list[str]:
-        """Paths of the kept checkpoints subject to retention, oldest first."""
+        """Paths of the kept checkpoints subject to retention, oldest first (tiered:
+        of both tiers, by number; at one number the durable copy first)."""
+        if self._tiers is not None:
+            return [c[2] for c in reversed(self._tiers.candidates())]
         return [self._url(e.name) for e in self._state.active]
 
     @property
     def preserved_checkpoints(self) -> list[str]:
         """Paths kept forever by ``keep_checkpoint_every_n_hours``."""
+        if self._tiers is not None:
+            return self._tiers.durable.preserved_checkpoints
         return [self._url(e.name) for e in self._state.preserved]
 
     @property
     def latest_checkpoint(self) -> str | None:
         """The checkpoint saved last (TensorFlow's rule; ``pyckpt.latest_checkpoint``
-        of the directory says the same)."""
+        of the directory says the same). Tiered: the newest of either tier."""
+        if self._tiers is not None:
+            found = self._tiers.candidates()
+            return found[0][2] if found else None
         latest = self._state.latest
         return None if latest is None else self._url(latest)
 
@@ -162,6 +202,16 @@ class CheckpointManager:
         """Saves a new numbered checkpoint; returns its path, or None when the step
         interval says it is too soon. With ``blocking=False`` it returns once the
         state is copied to host memory and finishes in the background."""
+        if self._tiers is not None:  # tiered: save locally, maybe persist in the background
+            comm = resolve_comm(self._comm)
+            if comm is not None and comm.world_size > 1:
+                raise NotImplementedError("tiered CheckpointManager (local_dir=) supports a "
+                                          "single process only for now")
+            self._tiers.raise_error()
+            saved = self._tiers.local.save(checkpoint_number, check_interval, blocking, metrics)
+            if saved is not None:
+                self._tiers.after_save(saved)
+            return saved
         comm = resolve_comm(self._comm)
         multi = comm is not None and comm.world_size > 1
         if comm is not None and multi and self._unsettled:
@@ -381,6 +431,25 @@ class CheckpointManager:
             warnings.warn(f"could not remove the files of a failed save under "
                           f"{self._store.url(path)}: {e}")
 
+    def _persist_copy(self, source: str, name: str, number: int, metrics: dict | None) -> None:
+        """Tiered managers' durable tier: copies the committed checkpoint ``source`` (the
+        local tier's) to ``<directory>/<name>`` and records it, as a save would (lease,
+        first-save cleanup, commit, state file, retention; a failed copy is rolled back)."""
+        self._store.makedirs(self._dir)
+        self._begin_writing()
+        try:
+            if not self._cleaned:
+                self._cleanup_leftovers()
+            path = self._store.join(self._dir, name)
+            try:
+                copy_checkpoint(source, self._store.url(path), dst_options=self._storage_options)
+            except BaseException as e:
+                self._roll_back(path, name, e)
+                raise
+            self._record(name, number, metrics)
+        finally:
+            self._lease.end()
+
     def _warn_if_below(self, number: int) -> None:
         """Numbering at or below an existing checkpoint is allowed (TensorFlow does it),
         but it is almost always a run that forgot to restore first."""
@@ -416,7 +485,10 @@ class CheckpointManager:
 
     def _warm_staging(self) -> None:
         """With values in device memory already tracked, allocates (pins) the async
-        saves' staging buffers in the background now, off the first save's path."""
+        saves' staging buffers in the background now, off the first save's path
+        (not with ``max_async_bytes=0``: no save is ever async, e.g. a durable tier)."""
+        if self._max_async_bytes == 0:
+            return
         try:
             live = traverse(self._checkpoint)
             srcs = [live.array_of(n) for n in live.values]
@@ -452,6 +524,8 @@ class CheckpointManager:
         st.active = [e for e in st.active if e.name != name]
         st.active.append(Entry(name, number, self._clock(), metrics))
         for e in select_removals(st.active, self._max_to_keep, self._best_fn, self._best_mode):
+            if e.name in self._pinned:  # being persisted (tiers): retired at a later save
+                continue
             st.active.remove(e)
             if preserve(e, st.last_preserved_time or 0.0, self._every_n_hours):
                 st.preserved.append(e)
@@ -492,12 +566,24 @@ class CheckpointManager:
 
     # -- other calls -----------------------------------------------------------------------
     def wait_until_finished(self) -> None:
-        """Waits for an async save; raises its error if it failed."""
+        """Waits for an async save (tiered: and the persist in flight); raises its error
+        if it failed."""
+        if self._tiers is not None:
+            self._tiers.local.wait_until_finished()
+            self._tiers.flush()
+            return
         self._async.wait()
 
     def restore_or_initialize(self) -> str | None:
         """Restores the latest checkpoint and returns its path; else runs init_fn
-        (if any) and returns None."""
+        (if any) and returns None. Tiered: the newest checkpoint of either tier that
+        verifies, falling back to older ones and to the other tier."""
+        if self._tiers is not None:
+            self._tiers.local.wait_until_finished()
+            restored = self._tiers.restore(self._checkpoint)
+            if restored is None and self._init_fn is not None:
+                self._init_fn()
+            return restored
         self._async.wait()
         latest = self.latest_checkpoint
         if latest is not None:
@@ -510,6 +596,16 @@ class CheckpointManager:
     def close(self) -> None:
         """Waits for pending work, frees the staging buffers of async saves (pinned
         memory for device values) and gives up the writer lease."""
+        if self._tiers is not None:
+            try:
+                self._tiers.local.wait_until_finished()
+                self._tiers.flush()
+            finally:
+                try:
+                    self._tiers.local.close()
+                finally:
+                    self._tiers.durable.close()
+            return
         try:
             self._async.wait()
         finally:
@@ -530,5 +626,8 @@ class CheckpointManager:
         self.close()
 
     def __repr__(self) -> str:
+        if self._tiers is not None:
+            return (f"<CheckpointManager {self.directory!r} with local tier "
+                    f"{self._tiers.local.directory!r}: latest {self.latest_checkpoint!r}>")
         return (f"<CheckpointManager {self.directory!r}: {len(self._state.active)} kept, "
                 f"latest {self.latest_checkpoint!r}>")

@@ -1,0 +1,193 @@
+"""Tiered checkpoints (docs/API.md section 13, docs/PROTOCOL.md section 7): every
+save goes to a fast local directory; some of them are then copied, in the
+background, to the durable directory (S3, GCS, any store).
+
+Two ``CheckpointManager`` objects do the work, one per tier, each with its own
+state file, writer lease and retention; this module only decides which local
+checkpoint to persist and when, runs the copy, and merges what both tiers hold.
+
+Persist sequence (one background thread, at most one persist in flight):
+ 1. ``save`` commits ``<name>-<N>`` in the local tier (blocking or async, as any
+    manager save); if the cadence says it is due and no persist is running, the
+    checkpoint is *pinned* (local retention skips it) and the persist starts;
+ 2. the thread waits for the local commit (an async local save), then copies the
+    committed local checkpoint to ``<durable>/<name>-<N>`` through
+    ``engine/copy.py``: read back from the local files with every chunk verified,
+    written under a new attempt id, index last (the store's commit protocol);
+ 3. the durable manager records it and applies its own retention;
+ 4. the pin is released. An error is kept and raised by the next ``save``,
+    ``wait_until_finished`` or ``close``; the next save persists again.
+A persist never blocks the caller: when the next one is due while one is still
+running, it is deferred to the first save after that one ends, or to
+``wait_until_finished``/``close``, which persist the newest local checkpoint then.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..checkpoint_reader import load_checkpoint
+from ..errors import CheckpointError, CorruptCheckpointError, add_note
+
+if TYPE_CHECKING:
+    from .manager import CheckpointManager
+
+_LIVE: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_persists() -> None:  # a persist in flight at exit still commits
+    for t in list(_LIVE):
+        try:
+            t.join()
+        except BaseException:
+            pass
+
+
+class Tiers:
+    """The local and the durable manager of one tiered ``CheckpointManager``, and
+    the background persist between them (see the module doc)."""
+
+    def __init__(self, local: "CheckpointManager", durable: "CheckpointManager",
+                 persist_every: int | None, persist_interval_seconds: float | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if persist_every is not None and persist_every < 1:
+            raise ValueError("persist_every must be None or at least 1")
+        if persist_interval_seconds is not None and persist_interval_seconds < 0:
+            raise ValueError("persist_interval_seconds must be None or at least 0")
+        if persist_every is None and persist_interval_seconds is None:
+            persist_every = 1
+        self.local = local
+        self.durable = durable
+        self._every = persist_every
+        self._interval = persist_interval_seconds
+        self._clock = clock
+        self._since = 0  # local saves since the last persist started
+        self._last_start = clock()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        _LIVE.add(self)
+
+    # -- cadence ----------------------------------------------------------------------
+    def _due(self) -> bool:
+        if self._every is not None and self._since >= self._every:
+            return True
+        return self._interval is not None and self._clock() - self._last_start >= self._interval
+
+    def busy(self) -> bool:
+        """Whether a persist is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def after_save(self, url: str) -> None:
+        """Called once the local save of ``url`` returned (committed, or in flight in
+        the background): starts its persist when the cadence says so."""
+        self._since += 1
+        if self.busy() or not self._due():
+            return  # deferred: the first save after the running persist ends
+        self.start(url)
+
+    def start(self, url: str) -> None:
+        """Pins the local checkpoint ``url`` and persists it in the background."""
+        self.join()
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        self._since = 0
+        self._last_start = self._clock()
+        self.local._pinned.add(name)
+
+        def run() -> None:
+            try:
+                self._persist(name)
+            except BaseException as e:  # surfaced at the next call on the manager
+                self._since = self._every or 0  # due again at the next save
+                self._last_start = float("-inf")
+                add_note(e, f"persisting {url} to {self.durable.directory} failed (in the "
+                            "background): the local checkpoint is intact; the next save "
+                            "persists again")
+                with self._lock:
+                    self._error = e
+            finally:
+                self.local._pinned.discard(name)
+
+        # not a daemon: a persist in flight at interpreter exit completes
+        self._thread = threading.Thread(target=run, name="pyckpt-persist")
+        self._thread.start()
+
+    def _persist(self, name: str) -> None:
+        """The background part: wait for the local commit, then copy and record."""
+        self.local._async.join()  # an async local save in flight: its error stays there
+        entry = next((e for e in self.local._state.active + self.local._state.preserved
+                      if e.name == name), None)
+        if entry is None:  # the local save failed: the local manager reports it
+            return
+        self.durable._persist_copy(self.local._url(name), name, entry.step, entry.metrics)
+
+    def flush(self) -> None:
+        """Waits for the persist in flight; then persists the newest local checkpoint
+        if a persist came due while that one ran (it was deferred), and waits again.
+        Raises the error of either."""
+        self.wait()
+        latest = self.local._state.latest
+        if latest is None or not self._due() or self._since == 0:
+            return
+        if latest in {e.name for e in self.durable._state.active + self.durable._state.preserved}:
+            return
+        self.start(self.local._url(latest))
+        self.wait()
+
+    def join(self) -> None:
+        """Waits for the persist in flight, keeping its error."""
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None
+
+    def raise_error(self) -> None:
+        """Re-raises (once) the error of a finished persist."""
+        with self._lock:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def wait(self) -> None:
+        """Waits for the persist in flight; raises its error."""
+        self.join()
+        self.raise_error()
+
+    # -- both tiers -------------------------------------------------------------------
+    def candidates(self) -> list[tuple[int, str, str]]:
+        """(step, tier, url) of every checkpoint of both tiers, newest first; at one
+        step the local copy comes first (it is faster to read)."""
+        out = []
+        for tier, m in (("local", self.local), ("durable", self.durable)):
+            for e in m._state.active + m._state.preserved:
+                out.append((e.step, tier, m._url(e.name)))
+        out.sort(key=lambda c: (-c[0], c[1] != "local"))
+        return out
+
+    def restore(self, checkpoint: Any) -> str | None:
+        """Restores the newest checkpoint of either tier that verifies; falls back to
+        the next one (the other tier's copy first) when one is missing or corrupt.
+        Returns its path, or None when no tier holds one."""
+        errors = []
+        for _, tier, url in self.candidates():
+            options = self.local._storage_options if tier == "local" \
+                else self.durable._storage_options
+            try:
+                if tier == "local":  # local reads are cheap: verify all before changing values
+                    load_checkpoint(url, storage_options=options).verify()
+                checkpoint.restore(url, storage_options=options)
+                return url
+            except (CorruptCheckpointError, OSError) as e:  # not a mismatch with the objects
+                errors.append(f"{url}: {type(e).__name__}: {e}")
+                warnings.warn(f"cannot restore {url} ({type(e).__name__}: {e}); "
+                              "trying the next checkpoint", stacklevel=3)
+        if errors:
+            raise CheckpointError("no checkpoint of either tier could be restored:\n"
+                                  + "\n".join(errors))
+        return None
