@@ -84,7 +84,9 @@ class CheckpointReader:
 
 
 def load_checkpoint(path: Any, *, storage_options: dict | None = None) -> CheckpointReader:
-    """A reader of the checkpoint at path (a directory resolves to its latest)."""
+    """A reader of the checkpoint at path (a directory resolves to its latest): pyckpt's
+    format, a ``.safetensors`` file or a TensorFlow checkpoint prefix (``dir/ckpt-5``
+    where ``dir/ckpt-5.index`` exists; TensorFlow's keys, dtypes and values)."""
     return CheckpointReader(open_source(path, storage_options))
 
 
@@ -108,8 +110,11 @@ def latest_checkpoint(directory: Any, *, storage_options: dict | None = None) ->
 
     In a manager's directory it is the checkpoint saved last, as the state file
     records it (TensorFlow's rule; ``CheckpointManager.latest_checkpoint`` agrees).
-    Elsewhere it is the committed ``ckpt-<N>`` with the highest N, else the
-    committed ``<prefix>-<N>`` of any prefix (``Checkpoint.save`` prefixes).
+    In a directory TensorFlow wrote, it is the checkpoint TensorFlow's ``checkpoint``
+    state file names (a prefix ``dir/ckpt-5``; names in that file never lead outside
+    the directory, docs/TF_FORMAT.md section 6). Elsewhere it is the committed
+    ``ckpt-<N>`` with the highest N, else the committed ``<prefix>-<N>`` of any
+    prefix (``Checkpoint.save`` prefixes), TensorFlow's ``<prefix>.index`` included.
     """
     store, d = resolve(directory, storage_options)
     found = run.latest(store, d)

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 from .engine.options import DEFAULT, IOOptions
 from .engine.reader import OpenCheckpoint
 from .format.source import CheckpointSource
-from .interop import safetensors
+from .interop import safetensors, tensorflow
 from .storage import Store, resolve
 
 __all__ = ["CheckpointSource", "open_source", "register_format"]
@@ -57,3 +57,4 @@ def open_source(path: Any, storage_options: dict | None = None,
 
 
 register_format("safetensors", safetensors.detect, safetensors.SafetensorsFile)
+register_format("tensorflow", tensorflow.detect, tensorflow.open_path)

@@ -1,6 +1,10 @@
 """``pyckpt cp SRC DST``: copy a checkpoint between any two fsspec URLs, streaming
-and verifying every chunk; ``.safetensors`` on either side converts. An existing
-committed checkpoint (or file) at DST is replaced only with ``--force``."""
+and verifying every chunk; ``.safetensors`` on either side converts, and so do
+TensorFlow checkpoints: a TensorFlow SRC (a prefix ``dir/ckpt-5``, or a run
+directory whose latest checkpoint is TensorFlow's) becomes a pyckpt checkpoint,
+and DST is written as a TensorFlow checkpoint with ``--format tf`` (or when DST
+ends in ``.index``: its prefix). An existing committed checkpoint (or file) at
+DST is replaced only with ``--force``."""
 
 from __future__ import annotations
 
@@ -10,14 +14,31 @@ from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError
 from ..format import INDEX_NAME
 from ..interop import safetensors as st
+from ..interop import tensorflow as tfio
 from ..storage import resolve
 from .common import (StoreProblem, add_output_options, add_storage_options, emit_json, fail,
                      parse_options, progress_bar, reach, report_error)
 
 
-def _occupied(dst: str, options: dict | None) -> str | None:
+def _target(args: argparse.Namespace) -> tuple[str, str]:
+    """(format of DST, DST): ``--format``, else ``.safetensors`` and ``.index`` endings
+    (``run/ckpt-5.index`` means the TensorFlow prefix ``run/ckpt-5``), else pyckpt."""
+    fmt = args.format
+    dst = args.dst
+    if fmt == "auto":
+        fmt = ("safetensors" if st.is_safetensors_path(dst)
+               else "tf" if dst.endswith(".index") else "pyckpt")
+    if fmt == "tf" and dst.endswith(".index"):
+        dst = dst[:-len(".index")]
+    return fmt, dst
+
+
+def _occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
     """What at ``dst`` a copy would replace (a committed checkpoint, a file), or None."""
     store, path = resolve(dst, options)
+    if fmt == "tf":
+        return (f"{store.url(path)} is already a TensorFlow checkpoint"
+                if store.exists(path + ".index") else None)
     if st.is_safetensors_path(dst):
         return f"{store.url(path)} already exists" if store.exists(path) else None
     if store.exists(store.join(path, INDEX_NAME)):
@@ -27,51 +48,66 @@ def _occupied(dst: str, options: dict | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt cp``: copies SRC to DST, or converts when either is a ``.safetensors``
-    file; refuses to replace a committed checkpoint (or a file) at DST unless
+    file or a TensorFlow checkpoint (``_target``: how DST's format is chosen); refuses to replace a committed checkpoint (or a file) at DST unless
     ``--force``; returns the exit status (1 on failure). ``--src-storage-option`` and
     ``--dst-storage-option`` add to (and override) ``--storage-option`` on their side."""
     both = parse_options(args.storage_option) or {}
     src_opts = {**both, **(parse_options(args.src_storage_option) or {})} or None
     dst_opts = {**both, **(parse_options(args.dst_storage_option) or {})} or None
-    if st.is_safetensors_path(args.src) and st.is_safetensors_path(args.dst):
+    fmt, dst = _target(args)
+    if st.is_safetensors_path(args.src) and fmt == "safetensors":
         return fail("copy safetensors files with any file tool; pyckpt cp converts formats")
     try:
         reach(args, args.src, src_opts)
-        reach(args, args.dst, dst_opts)
+        reach(args, dst, dst_opts)
         if not args.force:
-            there = _occupied(args.dst, dst_opts)
+            there = _occupied(dst, dst_opts, fmt)
             if there is not None:
                 return fail(f"cp: {there}; pass --force to replace it")
+        # a TensorFlow SRC (a prefix, or a run directory whose latest is one) converts
+        source = tfio.tensorflow_source(args.src, src_opts)
+        if source is not None and fmt == "safetensors":
+            return fail("cp: safetensors cannot hold a TensorFlow checkpoint's string tensors "
+                        "and object graph: convert it to pyckpt's format (or --format tf)")
     except (CheckpointError, OSError, TypeError, ValueError, StoreProblem) as e:
         return report_error(args, e, "cp failed: ")
     callback, close = progress_bar(args, "copy")
     try:
-        if st.is_safetensors_path(args.src):
-            st.to_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
+        if fmt == "tf":
+            tfio.from_checkpoint(source if source is not None else args.src, dst,
+                                 src_options=src_opts, dst_options=dst_opts, progress=callback)
+        elif source is not None:
+            tfio.to_checkpoint(source, dst, dst_options=dst_opts, progress=callback)
+        elif st.is_safetensors_path(args.src):
+            st.to_checkpoint(args.src, dst, src_options=src_opts, dst_options=dst_opts,
                              progress=callback)
-        elif st.is_safetensors_path(args.dst):
-            st.from_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
+        elif fmt == "safetensors":
+            st.from_checkpoint(args.src, dst, src_options=src_opts, dst_options=dst_opts,
                                progress=callback)
         else:
-            copy_checkpoint(args.src, args.dst, src_options=src_opts, dst_options=dst_opts,
+            copy_checkpoint(args.src, dst, src_options=src_opts, dst_options=dst_opts,
                             progress=callback)
     except (CheckpointError, OSError, TypeError, ValueError) as e:
         return report_error(args, e, "cp failed: ")
     finally:
         close()
     if args.json:
-        emit_json({"src": args.src, "dst": args.dst, "ok": True})
+        emit_json({"src": args.src, "dst": dst, "format": fmt, "ok": True})
     elif not args.quiet:
-        print(f"copied {args.src} -> {args.dst} (every chunk verified)")
+        print(f"copied {args.src} -> {dst} (every chunk verified)" if fmt == "pyckpt"
+              and source is None else f"converted {args.src} -> {dst} ({fmt}, every tensor "
+                                      "verified on read)")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``cp`` subcommand to the command line's subparsers."""
-    p = sub.add_parser("cp", help="copy (or convert to/from .safetensors) between any two URLs",
+    p = sub.add_parser("cp", help="copy (or convert to/from .safetensors and TensorFlow "
+                              "checkpoints) between any two URLs",
                        description="Copies a checkpoint between any two locations (local "
                        "paths or fsspec URLs), verifying every chunk and committing the copy "
-                       "last; a .safetensors file on either side converts. An existing "
+                       "last; a .safetensors file or a TensorFlow checkpoint on either side "
+                       "converts (--format tf writes TensorFlow's format). An existing "
                        "committed checkpoint (or file) at DST is replaced only with --force.")
     p.add_argument("src", help="the checkpoint to copy (a run directory means its latest) or "
                                "a .safetensors file: a local path or an fsspec URL")
@@ -79,6 +115,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                ".safetensors file to convert to): a local path or an fsspec URL")
     p.add_argument("--force", "-f", action="store_true",
                    help="replace a committed checkpoint (or a file) already at DST")
+    p.add_argument("--format", choices=("auto", "pyckpt", "tf", "safetensors"), default="auto",
+                   help="what to write at DST: tf writes a TensorFlow checkpoint with DST as "
+                        "its prefix (DST.index, DST.data-00000-of-00001, and the directory's "
+                        "`checkpoint` state file); auto (default): safetensors for a "
+                        "*.safetensors DST, tf for a DST ending in .index (its prefix), else "
+                        "pyckpt. A TensorFlow SRC is read as such whatever the target")
     add_storage_options(p)
     p.add_argument("--src-storage-option", action="append", metavar="KEY=VALUE",
                    help="storage option for SRC only (repeatable), added to and overriding "

@@ -59,12 +59,18 @@ def run(args: argparse.Namespace) -> int:
             for k, v in stats.items():
                 print(f"{k:6s} {v}")
         return 0
+    facts = src.describe()
+    foreign = facts.get("tf_dtypes", {})  # TensorFlow strings/variants: no numpy dtype name
+
+    def dtype_text(i: int) -> str:
+        return foreign.get(src.keys[i]) or dtype_name(src.dtype(i))
+
     tensors: list[dict[str, Any]] = [
-        {"key": k, "dtype": dtype_name(src.dtype(i)), "shape": list(src.shape(i)),
-         "bytes": math.prod(src.shape(i)) * src.dtype(i).itemsize, "blocks": src.blocks(i)}
+        {"key": k, "dtype": dtype_text(i), "shape": list(src.shape(i)),
+         "bytes": (math.prod(src.shape(i)) * src.dtype(i).itemsize if src.dtype(i) != object
+                   else src.nbytes([i])), "blocks": src.blocks(i)}
         for i, k in sorted(enumerate(src.keys), key=lambda ik: natural_key(ik[1]))]
     graph = src.graph
-    facts = src.describe()
     summary: dict[str, Any] = {
         "path": reader.path, "format": src.format, **facts,
         "bytes": sum(t["bytes"] for t in tensors), "info": src.info, "metadata": src.metadata,
@@ -79,11 +85,15 @@ def run(args: argparse.Namespace) -> int:
     info = src.info
     print(f"checkpoint  {summary['path']}")
     where = (f", {len(facts['files'])} data file(s), checksum chunk {human(facts['chunk_size'])}"
+             if "chunk_size" in facts else
+             f", {len(facts['files'])} data file(s) ({facts.get('layout', src.format)})"
              if "files" in facts else f" ({src.format})")
     print(f"size        {human(summary['bytes'])} in {len(tensors)} tensors{where}")
-    if info:
+    if info and "attempt" in info:
         print(f"written by  {info.get('library')} {info.get('version')}, attempt "
               f"{info.get('attempt')}, {info.get('world_size', 1)} worker(s)")
+    elif info:
+        print(f"written by  {info.get('library')}")
     if src.metadata:
         print(f"metadata    {src.metadata}")
     if graph is not None:
@@ -105,8 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Shows a checkpoint's summary and its tensors (key, dtype, "
                        "shape, bytes) in natural key order, or with KEY that tensor's summary "
                        "statistics.")
-    p.add_argument("path", help="checkpoint, run directory (its latest checkpoint) or "
-                                ".safetensors file: a local path or an fsspec URL")
+    p.add_argument("path", help="checkpoint, run directory (its latest checkpoint), "
+                                ".safetensors file or TensorFlow checkpoint prefix (dir/ckpt-5): "
+                                "a local path or an fsspec URL")
     p.add_argument("key", nargs="?", help="a tensor's key (e.g. params/w): read it and show its "
                                           "dtype, shape, min/max/mean/std, NaN/inf counts and "
                                           "first values")

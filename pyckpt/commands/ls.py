@@ -7,7 +7,9 @@ import datetime
 
 from ..engine import naming
 from ..engine.run import step_of
+from ..errors import CheckpointError
 from ..format import INDEX_NAME, decode_index
+from ..interop.tensorflow import TensorFlowCheckpoint
 from ..storage import resolve
 from .common import (add_output_options, add_storage_options, emit_json, fail, human,
                      natural_key, parse_options, reach)
@@ -31,6 +33,21 @@ def _describe(store, path: str, name: str) -> dict | None:
     return None
 
 
+def _describe_tensorflow(store, prefix: str, name: str) -> dict:
+    """A row for the TensorFlow checkpoint ``prefix`` (``<prefix>.index`` exists)."""
+    row = {"name": name, "path": store.url(prefix), "step": step_of(name), "format": "tensorflow"}
+    try:
+        ck = TensorFlowCheckpoint(store, prefix)
+    except CheckpointError as e:
+        return {**row, "status": "corrupt", "error": str(e)}
+    files = ck.describe()["files"]
+    created = store.mtime(prefix + ".index")
+    return {**row, "status": "committed", "bytes": sum(f["bytes"] or 0 for f in files),
+            "tensors": len(ck.keys),
+            "created": datetime.datetime.fromtimestamp(created).isoformat(timespec="seconds")
+            if isinstance(created, (int, float)) else None}
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt ls``: the checkpoints in PATH (or PATH itself when it is one), by
     step, with size, tensor count, creation time and status (committed, uncommitted
@@ -39,17 +56,23 @@ def run(args: argparse.Namespace) -> int:
     options = parse_options(args.storage_option)
     reach(args, args.path, options)
     store, path = resolve(args.path, options)
-    if not store.exists(path):
+    tf_prefix = not store.isdir(path) and store.exists(path + ".index")  # dir/ckpt-5
+    if not store.exists(path) and not tf_prefix:
         if args.json:
             emit_json([])
         return fail(f"{store.url(path)} does not exist")
     rows: list[dict] = []
-    if INDEX_NAME in store.listdir(path):
+    if tf_prefix:
+        rows.append(_describe_tensorflow(store, path, path.rstrip("/").rsplit("/", 1)[-1]))
+    elif INDEX_NAME in store.listdir(path):
         here = _describe(store, path, path.rstrip("/").rsplit("/", 1)[-1])
         assert here is not None  # a directory holding an index is always described
         rows.append(here)
     else:
         for name in sorted(store.listdir(path), key=natural_key):
+            if name.endswith(".index") and name != INDEX_NAME:  # TensorFlow's <prefix>.index
+                rows.append(_describe_tensorflow(store, store.join(path, name[:-6]), name[:-6]))
+                continue
             row = _describe(store, store.join(path, name), name)
             if row is not None:
                 rows.append(row)
@@ -74,9 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``ls`` subcommand to the command line's subparsers."""
     p = sub.add_parser("ls", help="list the checkpoints in a directory or bucket",
                        description="Lists the checkpoints in a run directory or bucket prefix "
-                       "(or PATH itself when it is one): step, size, tensors, creation time, "
-                       "status. Exit status 1 when PATH does not exist or holds no committed "
-                       "checkpoint.")
+                       "(or PATH itself when it is one), pyckpt's and TensorFlow's: step, size, "
+                       "tensors, creation time, status. Exit status 1 when PATH does not exist "
+                       "or holds no committed checkpoint.")
     p.add_argument("path", help="run directory, checkpoint or bucket prefix: a local path or "
                                 "an fsspec URL (s3://bucket/run, gs://..., memory://...)")
     add_storage_options(p)

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
                 reader.verify()
         finally:
             close()
-        if args.fix:
+        if args.fix and reader.source.format == "pyckpt":  # attempts are pyckpt's only
             removed = attempts.sweep(*resolve(reader.path, options))
     except (CheckpointError, OSError, StoreProblem) as e:
         if args.json:
@@ -55,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="check every checksum (exit status 1 on any failure)",
                        description="Reads every byte of a checkpoint and checks every checksum; "
                        "exit status 1 on any failure, naming the key, file and byte range.")
-    p.add_argument("path", help="checkpoint, run directory (its latest checkpoint) or "
-                                ".safetensors file: a local path or an fsspec URL")
+    p.add_argument("path", help="checkpoint, run directory (its latest checkpoint), "
+                                ".safetensors file or TensorFlow checkpoint prefix (dir/ckpt-5): "
+                                "a local path or an fsspec URL")
     p.add_argument("--fix", action="store_true",
                    help="then remove orphaned data files (of racing or killed saves) that no "
                         "committed index references")

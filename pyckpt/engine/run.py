@@ -11,7 +11,13 @@ The file is input from storage like any other: the manager deletes what its
 ``deleting`` list names. So every name in it must be ``<checkpoint_name>-<N>``,
 a checkpoint directly inside the directory; anything else (``../victim``, an
 absolute path, ``""``, ``.``) makes ``read_state`` raise
-CorruptCheckpointError before anything is read or deleted."""
+CorruptCheckpointError before anything is read or deleted.
+
+TensorFlow checkpoints count too (docs/TF_FORMAT.md section 6): a prefix
+``<name>-<N>`` whose ``<name>-<N>.index`` file lies in the directory is a
+committed checkpoint of that step, and without pyckpt's state file the
+latest checkpoint is the one TensorFlow's ``checkpoint`` state file names
+(reduced to a name directly inside the directory: ``format/tf_state.py``)."""
 
 from __future__ import annotations
 
@@ -23,10 +29,12 @@ from typing import Any, Callable
 from ..errors import CorruptCheckpointError
 from ..storage import Store
 from ..format import INDEX_NAME
+from ..format import tf_state
 
 STATE_NAME = "pyckpt-manager.json"
 STATE_VERSION = 1
 DEFAULT_NAME = "ckpt"
+TF_INDEX = ".index"  # a TensorFlow checkpoint <prefix> is committed once <prefix>.index exists
 
 
 def check_checkpoint_name(name: object, what: str = "checkpoint_name") -> str:
@@ -177,31 +185,80 @@ def write_state(store: Store, directory: str, state: ManagerState) -> None:
 
 
 
-def committed_steps(store: Store, directory: str, name: str) -> dict[str, int]:
-    """``{"<name>-<N>": N}`` for every committed checkpoint directly in directory."""
+def committed_steps(store: Store, directory: str, name: str,
+                    tensorflow: bool = False) -> dict[str, int]:
+    """``{"<name>-<N>": N}`` for every committed checkpoint directly in directory
+    (``tensorflow``: TensorFlow's ``<name>-<N>.index`` prefixes included)."""
     out = {}
-    for entry in store.listdir(directory):
+    entries = store.listdir(directory)
+    for entry in entries:
         step = parse_step(entry, name)
         if step is not None and store.exists(store.join(directory, entry, INDEX_NAME)):
             out[entry] = step
+    if tensorflow:
+        for entry in entries:
+            stem = entry[:-len(TF_INDEX)]
+            step = parse_step(stem, name) if entry.endswith(TF_INDEX) else None
+            if step is not None and stem not in out:
+                out[stem] = step
     return out
 
 
+def is_tensorflow(store: Store, directory: str, name: str) -> bool:
+    """Whether ``<directory>/<name>`` is a TensorFlow checkpoint (its ``.index`` file
+    exists, and no pyckpt checkpoint of that name does)."""
+    return (store.exists(store.join(directory, name + TF_INDEX))
+            and not store.exists(store.join(directory, name, INDEX_NAME)))
+
+
+def tensorflow_files(store: Store, directory: str, name: str) -> list[str]:
+    """The files of TensorFlow checkpoint ``name`` in directory, index first: ``.index``,
+    ``.data-NNNNN-of-MMMMM`` and a TF1 Saver's ``.meta`` (as TensorFlow removes them)."""
+    check_checkpoint_name(name, "checkpoint")
+    rest = sorted(e for e in store.listdir(directory)
+                  if e == name + ".meta" or (e.startswith(name + ".data-") and "-of-" in e))
+    return [store.join(directory, e) for e in [name + TF_INDEX] + rest]
+
+
+def delete_checkpoint(store: Store, directory: str, name: str) -> None:
+    """Removes checkpoint ``name`` of directory, un-committing it first: pyckpt's
+    (its index, then the directory; a symbolic link: the link only) and any
+    TensorFlow checkpoint of that name (``.index``, then its data and ``.meta``
+    files). Parts already gone are skipped, so an interrupted deletion can be
+    finished by calling it again."""
+    check_checkpoint_name(name, "checkpoint")
+    path = store.join(directory, name)
+    tf_files = tensorflow_files(store, directory, name)
+    if store.is_link(path):
+        store.delete([path])
+    else:
+        store.delete([store.join(path, INDEX_NAME)])
+        store.sync_dir(path)
+        store.rmtree(path)
+    if len(tf_files) > 1 or store.exists(tf_files[0]):
+        store.delete(tf_files[:1])
+        store.sync_dir(directory)
+        store.delete(tf_files[1:])
+
+
 def recover_state(store: Store, directory: str, name: str,
-                  clock: Callable[[], float] = time.time) -> ManagerState:
+                  clock: Callable[[], float] = time.time,
+                  tensorflow: bool = False) -> ManagerState:
     """The manager state of directory as it is on storage (read only): the state file's
     lists minus what is no longer committed, plus committed checkpoints the file
     does not list yet (the process died between commit and state update), which
-    are newer than every listed one."""
+    are newer than every listed one (``tensorflow``: TensorFlow's checkpoints of
+    that name count too, adopted in step order)."""
     state = read_state(store, directory)
     if state is None or state.checkpoint_name != name:
         state = ManagerState(name)
-    committed = committed_steps(store, directory, name)
+    committed = committed_steps(store, directory, name, tensorflow)
     state.active = [e for e in state.active if e.name in committed]
     state.preserved = [e for e in state.preserved if e.name in committed]
     known = {e.name for e in state.active} | {e.name for e in state.preserved} | set(state.deleting)
     for entry in sorted((n for n in committed if n not in known), key=lambda n: committed[n]):
-        mtime = store.mtime(store.join(directory, entry, INDEX_NAME))
+        mtime = store.mtime(store.join(directory, entry, INDEX_NAME)) \
+            or store.mtime(store.join(directory, entry + TF_INDEX))
         state.active.append(Entry(entry, committed[entry], mtime or clock()))
     if state.last_preserved_time is None:
         state.last_preserved_time = clock()
@@ -213,12 +270,19 @@ def latest(store: Store, directory: str) -> str | None:
 
     With a manager state file: the checkpoint saved last (TensorFlow's rule, the
     same answer as ``CheckpointManager.latest_checkpoint``). Without one: the
-    committed ``ckpt-<N>`` with the highest N, else the committed ``<prefix>-<N>``
-    of any prefix with the highest N (``Checkpoint.save`` prefixes)."""
+    checkpoint TensorFlow's ``checkpoint`` state file names, if it is committed
+    (else the newest committed one it lists); else the committed ``ckpt-<N>``
+    with the highest N, else the committed ``<prefix>-<N>`` of any prefix with
+    the highest N (``Checkpoint.save`` prefixes). TensorFlow's checkpoints
+    (``<prefix>.index``) count like pyckpt's where there is no manager state."""
     state = read_state(store, directory)
-    name = state.checkpoint_name if state else DEFAULT_NAME
-    found = recover_state(store, directory, name).latest
-    if found is None and state is None:
+    if state is not None:
+        found = recover_state(store, directory, state.checkpoint_name, tensorflow=True).latest
+        return None if found is None else store.join(directory, found)
+    found = _latest_tensorflow_state(store, directory)
+    if found is None:
+        found = recover_state(store, directory, DEFAULT_NAME, tensorflow=True).latest
+    if found is None:
         found = _latest_any_prefix(store, directory)
     return None if found is None else store.join(directory, found)
 
@@ -229,14 +293,50 @@ def step_of(name: str) -> int | None:
     return parse_step(name, head) if sep and head else None
 
 
+def _committed(store: Store, directory: str, name: str) -> bool:
+    return (store.exists(store.join(directory, name, INDEX_NAME))
+            or store.exists(store.join(directory, name + TF_INDEX)))
+
+
+def read_tensorflow_state(store: Store, directory: str) -> tf_state.TFState | None:
+    """TensorFlow's ``checkpoint`` state file of directory, parsed, or None."""
+    path = store.join(directory, tf_state.STATE_NAME)
+    try:
+        if store.isdir(path):
+            return None
+        data = store.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    return tf_state.parse_state(data, store.url(path))
+
+
+def _latest_tensorflow_state(store: Store, directory: str) -> str | None:
+    """The committed checkpoint TensorFlow's state file names as latest (else the
+    newest committed one it lists), as a name inside directory; None without one."""
+    state = read_tensorflow_state(store, directory)
+    if state is None:
+        return None
+    url = store.url(store.join(directory, tf_state.STATE_NAME))
+    listed = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path is not None:
+        listed.append(state.model_checkpoint_path)
+    for path in reversed(listed):
+        name = tf_state.checkpoint_name(path, url)
+        if _committed(store, directory, name):
+            return name
+    return None
+
+
 def _latest_any_prefix(store: Store, directory: str) -> str | None:
     best: tuple[int, float, str] | None = None
     for entry in store.listdir(directory):
-        step = step_of(entry)
-        index = store.join(directory, entry, INDEX_NAME)
+        name, index = entry, store.join(directory, entry, INDEX_NAME)
+        if entry.endswith(TF_INDEX):
+            name, index = entry[:-len(TF_INDEX)], store.join(directory, entry)
+        step = step_of(name)
         if step is None or not store.exists(index):
             continue
-        key = (step, store.mtime(index) or 0.0, entry)
+        key = (step, store.mtime(index) or 0.0, name)
         if best is None or key[:2] > best[:2]:
             best = key
     return best[2] if best else None

@@ -47,6 +47,7 @@ from .retention import check_mode, preserve, select_removals
 from ..engine.copy import copy_checkpoint
 from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
                           committed_steps, parse_step, read_state, recover_state,
+                          delete_checkpoint as run_delete_checkpoint,
                           write_state)
 
 _LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
@@ -138,11 +139,11 @@ class CheckpointManager:
 
     # -- recovery ---------------------------------------------------------------------
     def _recover(self) -> ManagerState:
-        return recover_state(self._store, self._dir, self._name, self._clock)
+        return recover_state(self._store, self._dir, self._name, self._clock, tensorflow=True)
 
     def _cleanup_leftovers(self) -> None:
         """Finishes interrupted deletions and removes never-committed checkpoints."""
-        committed = committed_steps(self._store, self._dir, self._name)
+        committed = committed_steps(self._store, self._dir, self._name, tensorflow=True)
         for name in list(self._state.deleting):
             self._delete(name)
         keep = {e.name for e in self._state.active} | {e.name for e in self._state.preserved}
@@ -552,15 +553,7 @@ class CheckpointManager:
     def _delete(self, name: str) -> None:
         """Un-commits (index first) and removes one checkpoint; forgets the mark."""
         check_step_name(name, self._name)  # never a path: see engine/run.py
-        path = self._store.join(self._dir, name)
-        if self._store.is_link(path):  # a link placed in the run: remove the link only
-            self._store.delete([path])
-            if name in self._state.deleting:
-                self._state.deleting.remove(name)
-            return
-        self._store.delete([self._store.join(path, INDEX_NAME)])
-        self._store.sync_dir(path)
-        self._store.rmtree(path)
+        run_delete_checkpoint(self._store, self._dir, name)  # pyckpt's or TensorFlow's
         if name in self._state.deleting:
             self._state.deleting.remove(name)
 
