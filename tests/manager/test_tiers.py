@@ -13,7 +13,7 @@ import pytest
 import pyckpt
 from pyckpt.manager import manager as manager_module
 from pyckpt.testing import servers
-from pyckpt.testing.requirements import require
+from pyckpt.testing.requirements import REQUIRE_ALL, require
 
 
 def _ck(n=5000):
@@ -51,6 +51,8 @@ def seaweed():
         ctx = servers.seaweedfs_server()
         server = ctx.__enter__()
     except RuntimeError as e:
+        if REQUIRE_ALL:  # CI: a server that cannot start is a failure, never a skip
+            pytest.fail(f"PYCKPT_REQUIRE_ALL=1 but SeaweedFS did not start: {e}")
         pytest.skip(str(e))
     servers.make_bucket("s3", server.options, "pyckpt")
     yield server
