@@ -20,7 +20,7 @@ class ProgressCounter:
 class ReadOptions:
     """Tuning of read_shards."""
 
-    def __init__(self: ReadOptions, *, chunk_size: int = 1048576, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536, progress: ProgressCounter | None = None) -> None: ...
+    def __init__(self: ReadOptions, *, chunk_size: int = 1048576, threads: int = 0, verify: bool = True, piece_size: int = 8388608, max_gap: int = 65536, whole_item_crc: bool = False, progress: ProgressCounter | None = None) -> None: ...
 
     @property
     def chunk_size(self) -> int:
@@ -63,6 +63,13 @@ class ReadOptions:
 
     @verify.setter
     def verify(self, value: bool) -> None: ...
+
+    @property
+    def whole_item_crc(self) -> bool:
+        """Each tensor has one CRC over all its bytes (chunk_size: read step only)."""
+
+    @whole_item_crc.setter
+    def whole_item_crc(self, value: bool) -> None: ...
 
 class StagedWrite:
     """A write that overlaps copying live tensors into staging buffers."""

@@ -57,6 +57,7 @@ struct ReadOptionsPy {
   bool verify = true;
   uint64_t piece_size = 8u << 20;
   uint64_t max_gap = 64u << 10;
+  bool whole_item_crc = false;
   py::object progress = py::none();
 
   ShardReadOptions Native() const {
@@ -66,6 +67,7 @@ struct ReadOptionsPy {
     opt.verify = verify;
     opt.piece_size = piece_size;
     opt.max_gap = max_gap;
+    opt.whole_item_crc = whole_item_crc;
     opt.progress = CounterPtr(progress);
     return opt;
   }
@@ -238,7 +240,8 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
     it.source = src_idx[i];
     it.offset = off[i];
     it.nbytes = len[i];
-    const uint64_t want = (len[i] + chunk_size - 1) / (chunk_size ? chunk_size : 1);
+    const uint64_t want = opt.whole_item_crc ? (len[i] > 0 ? 1 : 0)
+                                             : (len[i] + chunk_size - 1) / (chunk_size ? chunk_size : 1);
     if (crc_begin[i] > ncrcs || crc_begin[i + 1] > ncrcs || crc_begin[i + 1] < crc_begin[i] ||
         crc_begin[i + 1] - crc_begin[i] != want)
       throw py::value_error("tensor '" + keys[i] + "' has the wrong number of checksums");
@@ -373,8 +376,9 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
           "Adds n bytes (for work done in Python).");
   py::class_<ReadOptionsPy>(m, "ReadOptions", "Tuning of read_shards.")
       .def(py::init([](uint64_t chunk_size, int threads, bool verify, uint64_t piece_size,
-                       uint64_t max_gap, OptionalCounter progress) {
+                       uint64_t max_gap, bool whole_item_crc, OptionalCounter progress) {
              ReadOptionsPy o;
+             o.whole_item_crc = whole_item_crc;
              o.chunk_size = chunk_size;
              o.threads = threads;
              o.verify = verify;
@@ -385,13 +389,16 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
            }),
            py::kw_only(), py::arg("chunk_size") = 1u << 20, py::arg("threads") = 0,
            py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
-           py::arg("max_gap") = 64u << 10, py::arg("progress") = py::none())
+           py::arg("max_gap") = 64u << 10, py::arg("whole_item_crc") = false,
+           py::arg("progress") = py::none())
       .def_readwrite("chunk_size", &ReadOptionsPy::chunk_size,
                      "Bytes per checksummed chunk (the manifest's chunk_size).")
       .def_readwrite("threads", &ReadOptionsPy::threads,
                      "Worker threads (<= 0: default_threads()).")
       .def_readwrite("verify", &ReadOptionsPy::verify, "Check every chunk's CRC-32C.")
       .def_readwrite("piece_size", &ReadOptionsPy::piece_size, "Unit of parallel work in bytes.")
+      .def_readwrite("whole_item_crc", &ReadOptionsPy::whole_item_crc,
+                     "Each tensor has one CRC over all its bytes (chunk_size: read step only).")
       .def_readwrite("max_gap", &ReadOptionsPy::max_gap,
                      "Small tensors of one file closer than this many bytes share a read.")
       .def_property(

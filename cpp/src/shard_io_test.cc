@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pyckpt/crc32c.h"
 #include "pyckpt/layout.h"
 #include "pyckpt/shard_reader.h"
 #include "pyckpt/shard_writer.h"
@@ -188,6 +189,43 @@ TEST(ShardIoMemory, VerifiesInPlace) {
   r.crcs = nullptr;
   ropt.verify = false;
   EXPECT_EQ(Status::Code::kCorruption, ReadShards({src}, {r}, ropt).code());
+}
+
+// One CRC per item (TensorFlow bundles): pieces read in parallel, CRCs combined.
+TEST(ShardIoMemory, WholeItemCrcAcrossPieces) {
+  std::vector<char> data(100000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 9));
+  const uint32_t crcs[3] = {crc32c::Mask(crc32c::Value(data.data(), 40000)),
+                            crc32c::Mask(crc32c::Value(data.data() + 40000, 100)),
+                            crc32c::Mask(crc32c::Value(data.data() + 40100, 59900))};
+  ShardSource src;
+  src.name = "mem";
+  src.in_memory = true;
+  src.data = data.data();
+  src.size = data.size();
+  std::vector<char> out(data.size(), 0);
+  std::vector<ShardReadItem> items(3);
+  const uint64_t offs[3] = {0, 40000, 40100}, lens[3] = {40000, 100, 59900};
+  for (int k = 0; k < 3; ++k) {
+    items[k].key = "t" + std::to_string(k);
+    items[k].offset = offs[k];
+    items[k].nbytes = lens[k];
+    items[k].crcs = &crcs[k];
+    items[k].has_dst = true;
+    items[k].dst = TensorView::Bytes(out.data() + offs[k], lens[k]);
+  }
+  ShardReadOptions ropt;
+  ropt.chunk_size = 1024;  // the read step
+  ropt.piece_size = 4096;  // many pieces per large item
+  ropt.threads = 4;
+  ropt.whole_item_crc = true;
+  ASSERT_TRUE(ReadShards({src}, items, ropt).ok());
+  EXPECT_EQ(data, out);
+  data[70001] ^= 4;  // inside t2, in a middle piece
+  Status st = ReadShards({src}, items, ropt);
+  EXPECT_EQ(Status::Code::kCorruption, st.code());
+  EXPECT_NE(std::string::npos, st.message().find("'t2'")) << st.message();
+  EXPECT_NE(std::string::npos, st.message().find("[40100, 100000)")) << st.message();
 }
 
 }  // namespace

@@ -222,12 +222,15 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
   PiecePlan plan = PlanPieces(spans, chunk, piece, options.max_gap);
   int threads = options.threads > 0 ? options.threads : DefaultThreads();
   ScratchSet scratch(threads);
+  const bool whole = options.verify && options.whole_item_crc;
+  std::vector<uint32_t> piece_crcs(whole ? plan.pieces.size() : 0);
 
-  return ParallelFor(plan.pieces.size(), threads, [&](size_t i, int w) -> Status {
+  Status st = ParallelFor(plan.pieces.size(), threads, [&](size_t i, int w) -> Status {
     const Piece& p = plan.pieces[i];
     const Reader& rd = *readers[p.file];
     const uint64_t n = p.end - p.begin;
     if (!p.run) {
+      uint32_t crc = 0;  // whole_item_crc: of this piece's bytes so far
       // Read in steps of about 1 MiB and verify each right away, while it is in cache.
       // A contiguous destination is read into directly unless that read is aliased.
       const ShardReadItem& it = items[p.item];
@@ -240,10 +243,13 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
         if (!buf) return Status::IOError("out of memory for a scratch buffer");
         const char* data = nullptr;
         PYCKPT_RETURN_IF_ERROR(rd.Read(it.offset + b, len, buf, &data));
-        if (options.verify) PYCKPT_RETURN_IF_ERROR(VerifyChunks(it, rd.name(), data, b, len, chunk));
+        if (whole) crc = crc32c::Extend(crc, data, len);
+        else if (options.verify)
+          PYCKPT_RETURN_IF_ERROR(VerifyChunks(it, rd.name(), data, b, len, chunk));
         if (it.has_dst && data != it.dst.data + b) CopyOut(it, b, len, data);
         if (options.progress) options.progress->fetch_add(len, std::memory_order_relaxed);
       }
+      if (whole) piece_crcs[i] = crc;
       return Status::OK();
     }
     char* buf = ScratchAt(scratch[w], n, p.begin);
@@ -259,6 +265,21 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
     }
     return Status::OK();
   });
+  if (!st.ok() || !whole) return st;
+  // The slices of one item keep their order in plan.pieces: combine them in turn.
+  std::vector<uint32_t> acc(items.size(), 0);
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    const Piece& p = plan.pieces[i];
+    if (p.run) continue;
+    acc[p.item] = p.item_begin == 0 ? piece_crcs[i]
+                                    : crc32c::Combine(acc[p.item], piece_crcs[i], p.end - p.begin);
+    if (p.item_begin + (p.end - p.begin) != items[p.item].nbytes) continue;  // not its last
+    const ShardReadItem& it = items[p.item];
+    const uint32_t actual = crc32c::Mask(acc[p.item]);
+    if (actual != it.crcs[0])
+      return Mismatch(it, readers[p.file]->name(), 0, it.nbytes, it.crcs[0], actual);
+  }
+  return Status::OK();
 }
 
 }  // namespace pyckpt

@@ -176,13 +176,13 @@ def test_get_tensor_reads_only_its_bytes(fixture_copy):
         r.verify()
 
 
-@pytest.mark.parametrize("one_pass_max,piece,step", [(bundle.ONE_PASS_MAX, bundle.PIECE, bundle.STEP),
-                                                     (4096, 3 * 4096 + 100, 4096),
-                                                     (1 << 30, bundle.PIECE, bundle.STEP)])
-def test_large_entries_are_checked_whole(fixture_copy, monkeypatch, one_pass_max, piece, step,
+@pytest.mark.parametrize("piece,step", [(bundle.PIECE, bundle.STEP), (3 * 4096 + 100, 4096),
+                                        (1 << 30, bundle.STEP), (8192, 4096)])
+@pytest.mark.parametrize("where", [0.0, 0.5, 1.0])
+def test_large_entries_are_checked_whole(fixture_copy, monkeypatch, piece, step, where,
                                           tf_expected, same):
-    """Entries above ONE_PASS_MAX: pieces read by threads in steps, CRCs combined."""
-    monkeypatch.setattr(bundle, "ONE_PASS_MAX", one_pass_max)
+    """Large entries: parallel pieces read in steps, their CRCs combined into the
+    entry's one CRC; a flipped byte in any piece is caught and named."""
     monkeypatch.setattr(bundle, "PIECE", piece)
     monkeypatch.setattr(bundle, "STEP", step)
     d = fixture_copy("mixed")
@@ -193,15 +193,21 @@ def test_large_entries_are_checked_whole(fixture_copy, monkeypatch, one_pass_max
                 want["model/big/.ATTRIBUTES/VARIABLE_VALUE"])
     r = pyckpt.load_checkpoint(prefix)
     i = r.source.index["model/big/.ATTRIBUTES/VARIABLE_VALUE"]
+    off, size = int(r.source.offset[i]), int(r.source.size[i])
+    assert size > 4 * 8192  # several pieces in the small settings
     with open(os.path.join(d, "ckpt-1.data-00000-of-00001"), "r+b") as f:
-        f.seek(int(r.source.offset[i] + r.source.size[i]) - 1)
+        f.seek(off + min(size - 1, int(size * where)))
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 1]))
-    with pytest.raises(CorruptCheckpointError, match="checksum mismatch in tensor 'model/big"):
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch in tensor 'model/big") as e:
         r.get_tensor("model/big/.ATTRIBUTES/VARIABLE_VALUE")
+    assert f"[{off}, {off + size})" in str(e.value)
     with pytest.raises(CorruptCheckpointError, match="model/big"):
         r.verify()
+    # the other entries still read
+    assert same(r.get_tensor("model/i64/.ATTRIBUTES/VARIABLE_VALUE"),
+                want["model/i64/.ATTRIBUTES/VARIABLE_VALUE"])
 
 
 def test_truncated_and_missing_data_files(fixture_copy):

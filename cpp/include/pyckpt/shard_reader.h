@@ -10,6 +10,12 @@
 // such a dst, and a strided one, go through a scratch buffer. Sources are
 // either files (pread) or memory (an mmap or downloaded ranges; read in place
 // without copying).
+// With options.whole_item_crc, each item has a single masked CRC over all its
+// bytes (TensorFlow's bundles) instead of one per chunk; chunk_size then only
+// sets the step of reads. Large items are still read in parallel pieces: each
+// piece's CRC is computed as it is read and the pieces' CRCs are combined
+// (crc32c::Combine) once all are read, so a mismatch is reported after the
+// destination was written.
 // Errors name the key, the source and the byte range: Corruption for a CRC
 // mismatch or a source too short, NotFound for a missing file, IOError else.
 // On error, destinations may hold partial data.
@@ -31,7 +37,7 @@ struct ShardReadItem {
   uint32_t source = 0;
   uint64_t offset = 0;  // in the source's coordinates (file offset)
   uint64_t nbytes = 0;
-  const uint32_t* crcs = nullptr;  // masked, NumChunks(nbytes) of them
+  const uint32_t* crcs = nullptr;  // masked, NumChunks(nbytes) of them (1: whole_item_crc)
   bool has_dst = false;
   TensorView dst;  // must hold exactly nbytes logical bytes when has_dst
 };
@@ -52,6 +58,7 @@ struct ShardReadOptions {
   uint64_t piece_size = 8u << 20;
   uint64_t max_gap = 64u << 10;  // small tensors closer than this share a read
   bool verify = true;
+  bool whole_item_crc = false;  // one CRC per item, not per chunk (see above)
   std::atomic<uint64_t>* progress = nullptr;  // bytes read so far, when set
 };
 

@@ -8,15 +8,12 @@ asked for, in the ``<prefix>.data-NNNNN-of-MMMMM`` files, whose sizes are
 checked before anything is allocated. Every entry's masked CRC-32C (over the
 whole entry) is checked on every read:
 
-- entries of at most ``ONE_PASS_MAX`` bytes (1 MiB) go through the C++ parallel
-  reader, each entry a single checksummed chunk (read and verified while in cache);
-- larger entries are split into pieces of ``PIECE`` bytes handled by a pool of
-  threads; each piece is read by the core in ``STEP``-byte steps straight into
-  the destination (``read_shards``, unverified) and each step's CRC-32C extended
-  right after, while the bytes are still in cache (the core releases the GIL in
-  both calls); the pieces' CRCs are combined (``crc32c_combine``) into the
-  entry's. So every byte is read once from the page cache and checksummed from
-  the CPU cache, as in pyckpt's own format;
+- in local files, the C++ reader (``read_shards`` with ``whole_item_crc``) reads
+  every entry: small ones together, large ones split into ``PIECE``-byte pieces
+  read in parallel straight into the destination in ``STEP``-byte steps, each
+  step checksummed right after it is read, while in cache; the pieces' CRCs are
+  combined into the entry's. So every byte is read once from the page cache and
+  checksummed from the CPU cache, as in pyckpt's own format, with the GIL released;
 - on object stores, every entry is fetched with ranged reads and verified by the
   core (``engine.read_executor``), again as one chunk per entry;
 - string tensors are decoded in Python (strings.py), checking both of their checksums.
@@ -24,9 +21,7 @@ whole entry) is checked on every read:
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
-import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,16 +44,13 @@ from .table import read_table
 from .wire import WireError
 
 __all__ = ["TensorFlowCheckpoint", "UnsupportedTensorError", "DTYPES", "TF_DTYPE_NAMES",
-           "data_file_name", "MAX_INDEX_BYTES", "ONE_PASS_MAX"]
+           "data_file_name", "MAX_INDEX_BYTES"]
 
 MAX_INDEX_BYTES = 1 << 30       # like pyckpt's manifest limit
 MAX_SHARDS = 1 << 20
 MAX_TENSOR_BYTES = 1 << 62
-ONE_PASS_MAX = 1 << 20          # larger entries: pieces read by threads in cached steps
-PIECE = 8 << 20                 # unit of parallel work of a large entry
+PIECE = 8 << 20                 # unit of parallel work of a large entry (local files)
 STEP = 1 << 20                  # bytes read and checksummed at a time (stays in cache)
-_ZERO_U32 = np.zeros(1, np.uint32)
-_ONE_CRC = np.array([0, 1], np.uint64)
 STRING = 7
 VARIANT = 21
 
@@ -421,71 +413,30 @@ class TensorFlowCheckpoint(CheckpointSource):
         shards = sorted({it[1] for it in items})
         paths = {s: self._file(s) for s in shards}
         names = self.store.native_paths([paths[s] for s in shards])
-        one = [p for p, it in enumerate(items) if names is None or it[3] <= ONE_PASS_MAX]
-        big = [p for p, it in enumerate(items) if names is not None and it[3] > ONE_PASS_MAX]
-        if one:
-            chunk = max(items[p][3] for p in one)
-            plan = ReadPlan([items[p][0] for p in one],
-                            np.asarray([items[p][1] for p in one], dtype=np.int64),
-                            np.asarray([items[p][2] for p in one], dtype=np.uint64),
-                            np.asarray([items[p][3] for p in one], dtype=np.uint64),
-                            np.asarray([items[p][4] for p in one], dtype=np.uint32),
-                            np.arange(len(one) + 1, dtype=np.uint64))
-            read_executor.execute(self.store, paths, plan, [dsts[p] for p in one], chunk,
-                                  self.options)
-        if big:
-            assert names is not None
-            self._pipelined([items[p] for p in big], [dsts[p] for p in big],
-                            dict(zip(shards, names)))
-
-    def _pipelined(self, items: list[tuple[str, int, int, int, int]], dsts: list[Any],
-                   names: dict[int, str]) -> None:
-        """Large entries of local files: pieces handled by threads, each read by the
-        core in ``STEP``-byte steps straight into the destination (``read_shards``,
-        unverified) and checksummed right after, while in cache; the pieces' CRCs
-        are combined per entry. (The core's own reads beat ``os.preadv`` into large
-        destinations several times over; both calls release the GIL.)"""
+        if names is None:  # object stores: ranged reads, one checksummed chunk per entry
+            plan = ReadPlan([it[0] for it in items], np.asarray([it[1] for it in items], np.int64),
+                            np.asarray([it[2] for it in items], np.uint64),
+                            np.asarray([it[3] for it in items], np.uint64),
+                            np.asarray([it[4] for it in items], np.uint32),
+                            np.arange(len(items) + 1, dtype=np.uint64))
+            read_executor.execute(self.store, paths, plan, list(dsts),
+                                  max(it[3] for it in items), self.options)
+            return
+        # Local files: the core reads every entry (large ones in parallel pieces, in
+        # STEP-byte steps checksummed while in cache) and checks each entry's one CRC.
+        where = {s: k for k, s in enumerate(shards)}
         threads = self.options.threads if self.options.threads > 0 else _core.default_threads()
-        pieces = [(k, a, min(it[3], a + PIECE)) for k, it in enumerate(items)
-                  for a in range(0, it[3], PIECE)]
-        counter = _progress.counter()
-        local = threading.local()
-
-        def work(piece: tuple[int, int, int]) -> int:
-            k, a, b = piece
-            key, shard, off, _, _ = items[k]
-            dst = dsts[k]
-            if getattr(local, "options", None) is None:
-                local.options = _core.ReadOptions(chunk_size=STEP, threads=1, verify=False,
-                                                  progress=counter)
-                local.scratch = np.empty(STEP, dtype=np.uint8) if dst is None else None
-            crc = 0
-            for s in range(a, b, STEP):
-                e = min(b, s + STEP)
-                if dst is not None:
-                    buf = dst[s:e]
-                else:  # verify only: a reused per-thread buffer
-                    if local.scratch is None:
-                        local.scratch = np.empty(STEP, dtype=np.uint8)
-                    buf = local.scratch[:e - s]
-                _core.read_shards(names=[names[shard]], buffers=[None], bases=[0], keys=[key],
-                                  sources=_ZERO_U32, offsets=np.array([off + s], np.uint64),
-                                  nbytes=np.array([e - s], np.uint64), crcs=_ZERO_U32,
-                                  crc_begin=_ONE_CRC, dsts=[buf], options=local.options)
-                crc = _core.crc32c(buf.data, crc)
-            return crc
-
-        if len(pieces) == 1 or threads <= 1:
-            crcs = [work(p) for p in pieces]
-        else:
-            with concurrent.futures.ThreadPoolExecutor(
-                    min(threads, len(pieces)), thread_name_prefix="pyckpt-tf-read") as pool:
-                crcs = list(pool.map(work, pieces))
-        whole: dict[int, int] = {}
-        for (k, a, b), crc in zip(pieces, crcs):
-            whole[k] = crc if a == 0 else _core.crc32c_combine(whole[k], crc, b - a)
-        for k, it in enumerate(items):
-            self._compare(it, _core.crc32c_mask(whole[k]))
+        options = _core.ReadOptions(chunk_size=STEP, piece_size=PIECE, threads=threads,
+                                    verify=True, whole_item_crc=True,
+                                    progress=_progress.counter())
+        _core.read_shards(names=names, buffers=[None] * len(names), bases=[0] * len(names),
+                          keys=[it[0] for it in items],
+                          sources=np.asarray([where[it[1]] for it in items], np.uint32),
+                          offsets=np.asarray([it[2] for it in items], np.uint64),
+                          nbytes=np.asarray([it[3] for it in items], np.uint64),
+                          crcs=np.asarray([it[4] for it in items], np.uint32),
+                          crc_begin=np.arange(len(items) + 1, dtype=np.uint64),
+                          dsts=list(dsts), options=options)
 
     def _compare(self, item: tuple[str, int, int, int, int], actual: int) -> None:
         key, shard, off, n, stored = item
