@@ -49,9 +49,11 @@ class Item:
 def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
           comm: Communicator | None = None,
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
-          graph: dict | None = None, metadata: dict | None = None) -> None:
+          graph: dict | None = None, metadata: dict | None = None,
+          node_local: int | None = None) -> None:
     """Writes and commits one checkpoint at ``path`` (returns once it is durable,
-    on every worker)."""
+    on every worker). ``node_local=k``: a multi-worker job's node-local checkpoint,
+    ``path`` being this worker's own, with k replicas (dist/node_local.py)."""
     store, p = resolve(path, storage_options)
     comm = resolve_comm(comm)
     sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
@@ -62,11 +64,13 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
         if has_device_values([it.array for it in items]):
             _write_from_device(items, store, p, multi, lambda host: write(
                 host, path, storage_options=storage_options, comm=comm, tree=tree,
-                graph=graph, metadata=metadata), tree=tree, graph=graph, metadata=metadata)
+                graph=graph, metadata=metadata, node_local=node_local), tree=tree, graph=graph,
+                metadata=metadata)
         elif multi:
             assert comm is not None
             distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
-                             tree=tree, graph=graph, metadata=metadata)
+                             tree=tree, graph=graph, metadata=metadata,
+                             node_local=node_local is not None, replicate=node_local or 0)
         else:
             save_tensors(store, p, [(it.key, it.array) for it in items], tree=tree, graph=graph,
                          metadata=metadata, keys_checked=True)

@@ -9,10 +9,14 @@ which) instead of hanging.
 from __future__ import annotations
 
 import abc
+import contextlib
 import datetime
 import sys
+import threading
 import time
-from typing import Any
+from typing import Any, Iterator
+
+import numpy as np
 
 from ..errors import CheckpointError
 
@@ -46,6 +50,17 @@ class Communicator(abc.ABC):
         """Every worker's obj, in rank order, on every worker (a gather to rank 0, then a
         broadcast)."""
         return self.broadcast(self.gather(obj))
+
+    def exchange(self, sends: dict[int, list[np.ndarray]],
+                 recv_sizes: dict[int, list[int]]) -> dict[int, list[np.ndarray]]:
+        """Point-to-point byte transfers, called by every worker at once: sends each
+        ``sends[dest]`` list of uint8 arrays to ``dest`` and returns, per source, the
+        arrays of the sizes ``recv_sizes[source]`` that it sent here (both sides agree on
+        the sizes beforehand). This default goes through ``all_gather`` (every array
+        passes through rank 0); the engines' own classes send point to point."""
+        everyone = self.all_gather({d: [np.asarray(a, np.uint8) for a in arrs]
+                                    for d, arrs in sends.items()})
+        return {src: list(everyone[src].get(self.rank, [])) for src in recv_sizes}
 
 
 class SingleComm(Communicator):
@@ -109,6 +124,25 @@ class TorchComm(Communicator):
         except RuntimeError as e:
             raise self._fail("broadcast", e) from e
         return box[0]
+
+    def exchange(self, sends: dict[int, list[np.ndarray]],
+                 recv_sizes: dict[int, list[int]]) -> dict[int, list[np.ndarray]]:
+        """``Communicator.exchange`` with ``isend``/``irecv`` of uint8 CPU tensors (gloo;
+        empty arrays are not sent); an engine error is raised as WorkerTimeoutError."""
+        import torch
+
+        out = {src: [np.empty(n, np.uint8) for n in sizes] for src, sizes in recv_sizes.items()}
+        try:
+            works = [self._dist.irecv(torch.from_numpy(a), src=self._global(src), group=self.group)
+                     for src, arrs in out.items() for a in arrs if a.size]
+            works += [self._dist.isend(torch.from_numpy(np.ascontiguousarray(a)),
+                                       dst=self._global(dest), group=self.group)
+                      for dest, arrs in sends.items() for a in arrs if a.size]
+            for w in works:
+                w.wait()
+        except RuntimeError as e:
+            raise self._fail("exchange", e) from e
+        return out
 
     def barrier(self) -> None:
         """A ``monitored_barrier`` bounded by ``timeout`` on gloo (naming the missing ranks),
@@ -207,17 +241,50 @@ class MPIComm(Communicator):
             return obj
         return self._recv(root, tag, "broadcast")
 
+    def exchange(self, sends: dict[int, list[np.ndarray]],
+                 recv_sizes: dict[int, list[int]]) -> dict[int, list[np.ndarray]]:
+        """``Communicator.exchange`` with ``Isend``/``Irecv`` of byte buffers, polled until
+        ``timeout`` (WorkerTimeoutError names the peer); empty arrays are not sent."""
+        tag = self._tag()
+        out = {src: [np.empty(n, np.uint8) for n in sizes] for src, sizes in recv_sizes.items()}
+        reqs = [(src, self.comm.Irecv(a, source=src, tag=tag))
+                for src, arrs in out.items() for a in arrs if a.size]
+        reqs += [(dest, self.comm.Isend(np.ascontiguousarray(a, np.uint8), dest=dest, tag=tag))
+                 for dest, arrs in sends.items() for a in arrs if a.size]
+        for peer, req in reqs:
+            self._poll(lambda req=req: (req.Test(), None), f"exchange with rank {peer}")
+        return out
+
     def barrier(self) -> None:
         """A non-blocking barrier polled until ``timeout``, then WorkerTimeoutError."""
         req = self.comm.Ibarrier()
         self._poll(lambda: (req.Test(), None), "barrier")
 
 
+_SCOPE = threading.local()
+
+
+@contextlib.contextmanager
+def comm_scope(comm: Communicator | None) -> Iterator[None]:
+    """Within the block, in this thread, ``resolve_comm(None)`` answers ``comm`` (a
+    manager restoring with its communicator: PerWorker values pick their row by it)."""
+    previous = getattr(_SCOPE, "comm", None)
+    _SCOPE.comm = comm
+    try:
+        yield
+    finally:
+        _SCOPE.comm = previous
+
+
 def resolve_comm(comm: Communicator | None) -> Communicator | None:
-    """The communicator to use: the one given; else an initialized torch.distributed
-    default group (only if torch is already imported); else None (one process)."""
+    """The communicator to use: the one given; else the one of an enclosing
+    ``comm_scope``; else an initialized torch.distributed default group (only if
+    torch is already imported); else None (one process)."""
     if comm is not None:
         return comm
+    scoped = getattr(_SCOPE, "comm", None)
+    if scoped is not None:
+        return scoped
     torch = sys.modules.get("torch")
     if torch is not None:
         try:

@@ -43,12 +43,9 @@ from ..storage import Store
 from ..tree import validate_keys
 from ..variables import Variable
 from .comm import Communicator
+from .node_local import DistributedSaveError, node_local_commit
 from .planner import plan_global
 from .plans import GlobalPlan, LocalPlan, TensorPlan, WriteResult
-
-
-class DistributedSaveError(CheckpointError):
-    """A multi-worker save failed; raised on every worker with every worker's error."""
 
 
 def _as_array(value: Any) -> np.ndarray:
@@ -187,7 +184,8 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
 
 def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
                      *, tree: Any = None, graph: dict | None = None,
-                     metadata: dict | None = None, options: Any = None) -> None:
+                     metadata: dict | None = None, options: Any = None,
+                     node_local: bool = False, replicate: int = 0) -> None:
     """Saves this worker's ``items`` (``(key, array, ShardedArray or PerWorker)`` pairs) into the
     one checkpoint at ``path``; every worker of ``comm`` calls it (steps in the module
     doc). Rank 0's ``tree``, ``graph`` and ``metadata`` go into the manifest;
@@ -196,7 +194,12 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     Raises, on every worker: ValueError when the plan is refused (nothing written; e.g.
     the copies of a replicated value differ: the message names the key and ranks),
     DistributedSaveError when writing or committing failed (nothing committed),
-    WorkerTimeoutError when a worker does not take part in time."""
+    WorkerTimeoutError when a worker does not take part in time.
+
+    ``node_local``: ``store``/``path`` are this worker's own (a node-local tier): every
+    worker commits the same index in its own directory, after keeping a replica of
+    the files of the ``replicate`` workers before it (node_local.py, docs/PROTOCOL.md
+    section 7)."""
     options = options or DEFAULT
     rank, world = comm.rank, comm.world_size
     url = store.url(path)
@@ -231,6 +234,20 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
         result = WriteResult(rank, error=f"{type(e).__name__}: {e}\n"
                              + "".join(traceback.format_exception(e))[-2000:])
     results = comm.gather(result)                                           # step 5
+    if node_local:
+        manifest, error = None, None
+        if rank == 0:
+            assert results is not None
+            error = "\n".join(f"rank {r.rank}: {r.error}" for r in results if r.error) or None
+            if error is None:
+                try:
+                    manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,
+                                         metadata, gp.attempt, world)
+                except BaseException as e:
+                    error = f"rank 0 (assembling the index): {type(e).__name__}: {e}"
+            attempts.end(store, path, gp.attempt)
+        node_local_commit(comm, store, path, result, manifest, error, replicate)
+        return
     outcome: tuple[str, str | None] = ("ok", None)
     if rank == 0:                                                           # step 6
         assert results is not None  # gathered on rank 0

@@ -58,6 +58,24 @@ def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, i
     return tiled
 
 
+def copy_file(ck: Any, f: int, store: Any, dst: str,
+              on_bytes: Callable[[int], Any] | None = None) -> None:
+    """Streams data file ``f`` of the open checkpoint ``ck`` to ``dst`` in ``store``,
+    checking every chunk on the way; the file appears whole or not at all."""
+    m = ck.manifest
+    ck.check_files([f])
+    src_path = ck.file_path(f)
+    with store.open_write(dst) as out:
+        for begin, end, pieces in _windows(m, f):
+            plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
+                                  np.array([p[2] for p in pieces]),
+                                  np.array([p[3] for p in pieces]))
+            data = read_window(ck.store, src_path, begin, end, plan, m.chunk_size, ck.options)
+            out.write(data)
+            if on_bytes is not None:
+                on_bytes(len(data))
+
+
 def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     dst_options: dict | None = None,
                     progress: Callable[[int, int], Any] | None = None) -> str:
@@ -75,19 +93,14 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
         for f, entry in enumerate(m.files):
             name = naming.data_file_name(attempt, 0, f)
             new_files.append(FileEntry(name, entry.size))
-            ck.check_files([f])
-            src_path = ck.file_path(f)
-            with store.open_write(store.join(path, name)) as out:
-                for begin, end, pieces in _windows(m, f):
-                    plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
-                                          np.array([p[2] for p in pieces]),
-                                          np.array([p[3] for p in pieces]))
-                    data = read_window(ck.store, src_path, begin, end, plan, m.chunk_size,
-                                       ck.options)
-                    out.write(data)
-                    done += len(data)
-                    if progress is not None:
-                        progress(done, total)
+
+            def count(n: int) -> None:
+                nonlocal done
+                done += n
+                if progress is not None:
+                    progress(done, total)
+
+            copy_file(ck, f, store, store.join(path, name), count)
         copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
                           dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
                           tree=m.tree, metadata=m.metadata, graph=m.graph,

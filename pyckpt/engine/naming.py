@@ -27,6 +27,11 @@ def is_data_file(name: str) -> bool:
     return bool(_DATA.match(name))
 
 
+def rank_of(data_file: str) -> int:
+    """The writer's rank in a data file name (``is_data_file`` must hold)."""
+    return int(data_file[18:23])
+
+
 def attempt_of(data_file: str) -> str:
     """The attempt id of a data file name (``is_data_file`` must hold)."""
     return data_file[5:17]

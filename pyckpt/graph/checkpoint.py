@@ -119,11 +119,8 @@ class Checkpoint(Trackable):
               progress: Callable[[int, int], Any] | None = None) -> str:
         """Writes every tracked value and the object graph exactly at ``path``.
         ``progress(bytes_done, bytes_total)`` reports this worker's writing."""
-        live = traverse(self)
-        items = [saving.Item(key, live.array_of(n), live.objects[n])
-                 for key, n in zip(live.value_keys(), live.values)]
-        saving.write(items, path, storage_options=storage_options, comm=comm, progress=progress,
-                     graph=live.to_json(), metadata=metadata)
+        write_graph(self, path, storage_options=storage_options, comm=comm, progress=progress,
+                    metadata=metadata)
         return os.fspath(path)
 
     # -- reading -----------------------------------------------------------------------
@@ -210,3 +207,16 @@ class Checkpoint(Trackable):
     def __repr__(self) -> str:
         names = [n for n, _ in self._pyckpt_children()]
         return f"<pyckpt.Checkpoint {names}>"
+
+
+def write_graph(root: Any, path: Any, *, storage_options: dict | None = None,
+                metadata: dict | None = None, comm: Communicator | None = None,
+                progress: Callable[[int, int], Any] | None = None,
+                node_local: int | None = None) -> None:
+    """Writes every value tracked from ``root`` and the object graph at ``path``
+    (``Checkpoint.write``; ``node_local``: see ``saving.write``)."""
+    live = traverse(root)
+    items = [saving.Item(key, live.array_of(n), live.objects[n])
+             for key, n in zip(live.value_keys(), live.values)]
+    saving.write(items, path, storage_options=storage_options, comm=comm, progress=progress,
+                 graph=live.to_json(), metadata=metadata, node_local=node_local)

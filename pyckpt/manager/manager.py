@@ -33,15 +33,17 @@ from typing import Any, Callable
 
 from .. import saving
 from ..dist import background
-from ..dist.comm import Communicator, resolve_comm
+from ..dist.comm import Communicator, comm_scope, resolve_comm
 from ..dist.save import DistributedSaveError
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
+from ..graph.checkpoint import write_graph
 from ..graph.object_graph import LiveGraph, traverse
 from ..storage import resolve
 from ..device.staging import has_device_values, stage_values
 from .async_save import AsyncSaver
 from .lock import WriterLease
+from .node_tiers import NodeTiers
 from .tiers import Tiers
 from .retention import check_mode, preserve, select_removals
 from ..engine.copy import copy_checkpoint
@@ -78,7 +80,7 @@ class CheckpointManager:
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
                  comm: Communicator | None = None, local_dir: Any = None,
                  local_max_to_keep: int | None = 2, persist_every: int | None = None,
-                 persist_interval_seconds: float | None = None) -> None:
+                 persist_interval_seconds: float | None = None, replicate: int = 0) -> None:
         if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
             raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
         if max_to_keep is not None and max_to_keep < 1:
@@ -104,12 +106,24 @@ class CheckpointManager:
                                         best_mode=best_mode, storage_options=storage_options,
                                         max_async_bytes=0,  # it only copies: no staging
                                         lease_seconds=lease_seconds, clock=clock, comm=comm)
-            self._tiers = Tiers(local, durable, persist_every, persist_interval_seconds)
+            c = resolve_comm(comm)
+            if c is not None and c.world_size > 1:  # every worker: a node-local tier of its own
+                if replicate < 0 or replicate >= c.world_size:
+                    raise ValueError(f"replicate must be between 0 and {c.world_size - 1} "
+                                     f"(the other workers), not {replicate}")
+                local._node_local = replicate
+                self._tiers = NodeTiers(local, durable, persist_every, persist_interval_seconds,
+                                        c)
+            else:
+                if replicate:
+                    raise ValueError("replicate needs a multi-worker job (comm)")
+                self._tiers = Tiers(local, durable, persist_every, persist_interval_seconds)
             self._init_fn = init_fn
             self._comm = comm
             return
-        if persist_every is not None or persist_interval_seconds is not None:
-            raise ValueError("persist_every and persist_interval_seconds need a local_dir")
+        if persist_every is not None or persist_interval_seconds is not None or replicate:
+            raise ValueError("persist_every, persist_interval_seconds and replicate need a "
+                             "local_dir")
         self._store, self._dir = resolve(directory, storage_options)
         self._storage_options = storage_options
         self._max_to_keep = max_to_keep
@@ -123,6 +137,9 @@ class CheckpointManager:
         self._max_async_bytes = max_async_bytes
         self._clock = clock
         self._comm = comm
+        # a multi-worker tiered manager's local tier: this worker's own directory, saved
+        # with this many replicas (dist/node_local.py); None: a plain manager
+        self._node_local: int | None = None
         self._lease = WriterLease(self._store, self._dir, lease_seconds, clock)
         self._async = AsyncSaver()
         self._warm_staging()
@@ -204,17 +221,15 @@ class CheckpointManager:
         interval says it is too soon. With ``blocking=False`` it returns once the
         state is copied to host memory and finishes in the background."""
         if self._tiers is not None:  # tiered: save locally, maybe persist in the background
-            comm = resolve_comm(self._comm)
-            if comm is not None and comm.world_size > 1:
-                raise NotImplementedError("tiered CheckpointManager (local_dir=) supports a "
-                                          "single process only for now")
-            self._tiers.raise_error()
+            self._tiers.before_save()
             saved = self._tiers.local.save(checkpoint_number, check_interval, blocking, metrics)
             if saved is not None:
                 self._tiers.after_save(saved)
             return saved
         comm = resolve_comm(self._comm)
         multi = comm is not None and comm.world_size > 1
+        if self._node_local is not None:
+            blocking = True  # node-local saves are blocking (docs/API.md section 13)
         if comm is not None and multi and self._unsettled:
             self._settle(comm)
         else:
@@ -227,8 +242,8 @@ class CheckpointManager:
             self._last_step = step
         if metrics is not None:
             json.dumps(metrics, allow_nan=False)  # must be storable in the state file
-        # the coordinator keeps the state and retention
-        lead = not multi or (comm is not None and comm.rank == 0)
+        # the coordinator keeps the state and retention (node-local: each worker its own)
+        lead = not multi or (comm is not None and comm.rank == 0) or self._node_local is not None
         if lead:
             self._store.makedirs(self._dir)
             self._begin_writing()
@@ -294,7 +309,10 @@ class CheckpointManager:
             if comm is not None and multi and live is not None:
                 sync = not self._agree(comm, name, not sync)
             try:
-                if sync:
+                if sync and self._node_local is not None:
+                    write_graph(self._checkpoint, url, storage_options=self._storage_options,
+                                comm=comm, node_local=self._node_local)
+                elif sync:
                     self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
                 elif comm is not None and multi:
                     assert live is not None
@@ -307,7 +325,7 @@ class CheckpointManager:
                     self._roll_back(path, name, e)
                 raise
         if sync:
-            if comm is not None and multi:
+            if comm is not None and multi and self._node_local is None:
                 self._record_collectively(comm, name, number, metrics)
             else:
                 self._record(name, number, metrics)
@@ -580,7 +598,8 @@ class CheckpointManager:
         self._async.wait()
         latest = self.latest_checkpoint
         if latest is not None:
-            self._checkpoint.restore(latest, storage_options=self._storage_options)
+            with comm_scope(self._comm):  # PerWorker values: this worker's row
+                self._checkpoint.restore(latest, storage_options=self._storage_options)
             return latest
         if self._init_fn is not None:
             self._init_fn()

@@ -84,6 +84,10 @@ class Tiers:
         """Whether a persist is running."""
         return self._thread is not None and self._thread.is_alive()
 
+    def before_save(self) -> None:
+        """Called before each save: raises the error of a finished persist."""
+        self.raise_error()
+
     def after_save(self, url: str) -> None:
         """Called once the local save of ``url`` returned (committed, or in flight in
         the background): starts its persist when the cadence says so."""

@@ -93,6 +93,13 @@ class ThreadComm(Communicator):
             return obj
         return self.group._take(seq, [root], self.rank, "broadcast")[0]
 
+    def exchange(self, sends: dict, recv_sizes: dict) -> dict:
+        """``Communicator.exchange`` through the group's mailbox (copies of the arrays)."""
+        seq = self._next()
+        self.group._put(seq, self.rank, {d: [a.copy() for a in arrs] for d, arrs in sends.items()})
+        got = self.group._take(seq, sorted(recv_sizes), self.rank, "exchange")
+        return {src: list(box.get(self.rank, [])) for src, box in zip(sorted(recv_sizes), got)}
+
     def barrier(self) -> None:
         """Returns once every rank has reached it; else WorkerTimeoutError naming the missing."""
         seq = self._next()
