@@ -17,8 +17,10 @@ tier is shared.
 - **Restore.** Collective: the workers all-gather what their local tiers hold;
   the newest checkpoint whose files some node still holds (own part or replica)
   wins if it is at least as new as the durable tier's; every node receives the
-  files it lacks, verifies the whole checkpoint, and restores from its local copy.
-  If any worker fails that, all fall back to the durable tier.
+  files it lacks (every worker reads every part: the object graph reads a
+  PerWorker value's rows whole) and restores from its local copy, every chunk
+  read checked. If any worker fails that, all
+  restore from the durable tier instead (which assigns every value again).
 """
 
 from __future__ import annotations
@@ -199,13 +201,14 @@ class NodeTiers(Tiers):
             try:
                 node_local.fetch_missing(comm, local._store, local._store.join(local._dir, chosen),
                                          chosen, invs)
-                load_checkpoint(url, storage_options=local._storage_options).verify()
+                # every value read is checked; a failure anywhere sends every worker to
+                # the durable tier, whose restore assigns every value again
+                with comm_scope(comm):
+                    checkpoint.restore(url, storage_options=local._storage_options)
             except (CheckpointError, OSError) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             problems = comm.all_gather(problem)
             if all(p is None for p in problems):
-                with comm_scope(comm):
-                    checkpoint.restore(url, storage_options=local._storage_options)
                 local._state = local._recover()
                 return url
             errors += [f"{chosen} (local tier) on rank {r}: {p}" for r, p in enumerate(problems)
