@@ -135,7 +135,7 @@ class TorchComm(Communicator):
         try:
             works = [self._dist.irecv(torch.from_numpy(a), src=self._global(src), group=self.group)
                      for src, arrs in out.items() for a in arrs if a.size]
-            works += [self._dist.isend(torch.frombuffer(memoryview(np.ascontiguousarray(a)),
+            works += [self._dist.isend(torch.frombuffer(np.ascontiguousarray(a).data,
                                                         dtype=torch.uint8),
                                        dst=self._global(dest), group=self.group)
                       for dest, arrs in sends.items() for a in arrs if a.size]

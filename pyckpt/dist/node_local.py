@@ -61,7 +61,7 @@ def _write_files(store: Store, path: str, files: Sequence[tuple[str, np.ndarray]
             tmp = f"{dst}.tmp-{os.getpid()}"
             try:
                 with open(tmp, "wb") as f:
-                    f.write(memoryview(np.ascontiguousarray(data)))
+                    f.write(np.ascontiguousarray(data).data)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, dst)
