@@ -35,3 +35,24 @@ def data_files(path: str) -> list[str]:
 @pytest.fixture
 def shard_files():
     return data_files
+
+
+@pytest.fixture(scope="module")
+def seaweed_server():
+    """A SeaweedFS server of the test module's own (its tests may stop and restart
+    it) with a bucket ``pyckpt``; under PYCKPT_REQUIRE_ALL (CI) a server that cannot
+    start fails the test, never skips it."""
+    from pyckpt.testing import servers
+    from pyckpt.testing.requirements import REQUIRE_ALL, require
+
+    require("s3fs", "a storage server or its client")
+    try:
+        ctx = servers.seaweedfs_server()
+        server = ctx.__enter__()
+    except RuntimeError as e:
+        if REQUIRE_ALL:
+            pytest.fail(f"PYCKPT_REQUIRE_ALL=1 but SeaweedFS did not start: {e}")
+        pytest.skip(str(e))
+    servers.make_bucket("s3", server.options, "pyckpt")
+    yield server
+    ctx.__exit__(None, None, None)

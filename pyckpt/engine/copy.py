@@ -26,14 +26,15 @@ from .writer import abandon, commit, delete_replaced
 WINDOW = 64 << 20
 
 
-def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, int, int]]]]:
+def _windows(m: Manifest, f: int,
+             window: int = WINDOW) -> list[tuple[int, int, list[tuple[str, int, int, int]]]]:
     """(begin, end, pieces) tiling file f; a piece is (key, block, lo, hi) in block bytes."""
     b = m.blocks
     cs = m.chunk_size
     owner = np.repeat(np.arange(len(m.keys)), np.diff(b.tensor_begin))
     sel = np.nonzero((b.file == f) & (b.nbytes > 0))[0]
     sel = sel[np.argsort(b.offset[sel], kind="stable")]
-    step = max(cs, WINDOW // cs * cs)
+    step = max(cs, window // cs * cs)
     pieces = []
     for j in sel.tolist():
         off, n = int(b.offset[j]), int(b.nbytes[j])
@@ -42,7 +43,7 @@ def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, i
                            min(n, lo + step)))
     out: list = []
     for start, end, key, j, lo, hi in pieces:
-        if out and end - out[-1][0] <= WINDOW:
+        if out and end - out[-1][0] <= window:
             out[-1][1] = end
             out[-1][2].append((key, j, lo, hi))
         else:
@@ -59,14 +60,15 @@ def _windows(m: Manifest, f: int) -> list[tuple[int, int, list[tuple[str, int, i
 
 
 def copy_file(ck: Any, f: int, store: Any, dst: str,
-              on_bytes: Callable[[int], Any] | None = None) -> None:
+              on_bytes: Callable[[int], Any] | None = None, window: int = WINDOW) -> None:
     """Streams data file ``f`` of the open checkpoint ``ck`` to ``dst`` in ``store``,
-    checking every chunk on the way; the file appears whole or not at all."""
+    checking every chunk on the way, ``window`` bytes at a time (``on_bytes`` is
+    called after each); the file appears whole or not at all."""
     m = ck.manifest
     ck.check_files([f])
     src_path = ck.file_path(f)
     with store.open_write(dst) as out:
-        for begin, end, pieces in _windows(m, f):
+        for begin, end, pieces in _windows(m, f, window):
             plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
                                   np.array([p[2] for p in pieces]),
                                   np.array([p[3] for p in pieces]))

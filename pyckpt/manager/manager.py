@@ -222,7 +222,9 @@ class CheckpointManager:
         state is copied to host memory and finishes in the background."""
         if self._tiers is not None:  # tiered: save locally, maybe persist in the background
             self._tiers.before_save()
-            saved = self._tiers.local.save(checkpoint_number, check_interval, blocking, metrics)
+            with self._tiers.saving():  # the persist in flight yields to this save
+                saved = self._tiers.local.save(checkpoint_number, check_interval, blocking,
+                                               metrics)
             if saved is not None:
                 self._tiers.after_save(saved)
             return saved
@@ -450,7 +452,8 @@ class CheckpointManager:
             warnings.warn(f"could not remove the files of a failed save under "
                           f"{self._store.url(path)}: {e}")
 
-    def _persist_copy(self, source: str, name: str, number: int, metrics: dict | None) -> None:
+    def _persist_copy(self, source: str, name: str, number: int, metrics: dict | None,
+                      progress: Callable[[int, int], Any] | None = None) -> None:
         """Tiered managers' durable tier: copies the committed checkpoint ``source`` (the
         local tier's) to ``<directory>/<name>`` and records it, as a save would (lease,
         first-save cleanup, commit, state file, retention; a failed copy is rolled back)."""
@@ -461,7 +464,8 @@ class CheckpointManager:
                 self._cleanup_leftovers()
             path = self._store.join(self._dir, name)
             try:
-                copy_checkpoint(source, self._store.url(path), dst_options=self._storage_options)
+                copy_checkpoint(source, self._store.url(path), dst_options=self._storage_options,
+                                progress=progress)
             except BaseException as e:
                 self._roll_back(path, name, e)
                 raise

@@ -9,7 +9,8 @@ tier is shared.
 - **Persist.** When due (rank 0 decides, for all), each worker uploads the files
   it wrote itself from its local directory to the durable checkpoint directory,
   in a background thread, verifying every chunk, under the same names. No
-  collective runs in the background: the next save (or ``wait_until_finished``,
+  collective runs in the background, and the upload pauses while a save runs:
+  the next save (or ``wait_until_finished``,
   ``close``) all-gathers the workers' upload status; once every upload is done
   rank 0 commits the index in the durable tier and records it (a failed upload is
   reported there, as a background error, and its files removed). A save never
@@ -29,7 +30,6 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint_reader import load_checkpoint
 from ..dist import node_local
 from ..dist.comm import Communicator, comm_scope
 from ..engine import writer
@@ -38,6 +38,8 @@ from ..engine.reader import open_checkpoint
 from ..engine.run import parse_step
 from ..errors import CheckpointError, add_note
 from .tiers import Tiers
+
+PERSIST_WINDOW = 16 << 20  # the upload checks for a save to yield to this often
 
 if TYPE_CHECKING:
     from .manager import CheckpointManager
@@ -92,7 +94,8 @@ class NodeTiers(Tiers):
                 dstore.makedirs(dpath)
                 for f, entry in enumerate(ck.manifest.files):
                     if node_local.writer_rank(entry.name) == rank:
-                        copy_file(ck, f, dstore, dstore.join(dpath, entry.name))
+                        copy_file(ck, f, dstore, dstore.join(dpath, entry.name),
+                                  self.yield_to_saves, window=PERSIST_WINDOW)
             except BaseException as e:  # noqa: BLE001 - reported at the next settle
                 self._upload_error = f"{type(e).__name__}: {e}"
 

@@ -20,16 +20,20 @@ Persist sequence (one background thread, at most one persist in flight):
 A persist never blocks the caller: when the next one is due while one is still
 running, it is deferred to the first save after that one ends, or to
 ``wait_until_finished``/``close``, which persist the newest local checkpoint then.
+It yields to saves: while a local save runs (``saving``), the copy pauses between
+its windows (``engine/copy.py``), so that the training loop's stall is the local
+save's alone and the upload uses the time between saves.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..checkpoint_reader import load_checkpoint
 from ..errors import CheckpointError, CorruptCheckpointError, add_note
@@ -72,6 +76,8 @@ class Tiers:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        self._idle = threading.Event()  # set while no local save runs
+        self._idle.set()
         _LIVE.add(self)
 
     # -- cadence ----------------------------------------------------------------------
@@ -83,6 +89,20 @@ class Tiers:
     def busy(self) -> bool:
         """Whether a persist is running."""
         return self._thread is not None and self._thread.is_alive()
+
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """While the block runs (a local save), the persist in flight pauses."""
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._idle.set()
+
+    def yield_to_saves(self, *_: Any) -> None:
+        """Called by the persist between windows: waits while a local save runs
+        (bounded: a save that takes over 10 minutes does not hold the persist)."""
+        self._idle.wait(timeout=600)
 
     def before_save(self) -> None:
         """Called before each save: raises the error of a finished persist."""
@@ -129,7 +149,8 @@ class Tiers:
                       if e.name == name), None)
         if entry is None:  # the local save failed: the local manager reports it
             return
-        self.durable._persist_copy(self.local._url(name), name, entry.step, entry.metrics)
+        self.durable._persist_copy(self.local._url(name), name, entry.step, entry.metrics,
+                                   progress=self.yield_to_saves)
 
     def flush(self) -> None:
         """Waits for the persist in flight; then persists the newest local checkpoint

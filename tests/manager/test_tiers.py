@@ -12,8 +12,6 @@ import pytest
 
 import pyckpt
 from pyckpt.manager import manager as manager_module
-from pyckpt.testing import servers
-from pyckpt.testing.requirements import REQUIRE_ALL, require
 
 
 def _ck(n=5000):
@@ -44,19 +42,8 @@ def mem_url():
 
 
 @pytest.fixture(scope="module")
-def seaweed():
-    """A SeaweedFS server of this module's own (tests stop and restart it)."""
-    require("s3fs", "a storage server or its client")
-    try:
-        ctx = servers.seaweedfs_server()
-        server = ctx.__enter__()
-    except RuntimeError as e:
-        if REQUIRE_ALL:  # CI: a server that cannot start is a failure, never a skip
-            pytest.fail(f"PYCKPT_REQUIRE_ALL=1 but SeaweedFS did not start: {e}")
-        pytest.skip(str(e))
-    servers.make_bucket("s3", server.options, "pyckpt")
-    yield server
-    ctx.__exit__(None, None, None)
+def seaweed(seaweed_server):
+    return seaweed_server
 
 
 def _s3(seaweed):
@@ -224,12 +211,14 @@ def test_server_lost_during_upload(tmp_path, seaweed, monkeypatch):
     real = manager_module.copy_checkpoint
     killed = []
 
-    def copy_and_crash_the_server(src, dst, **kwargs):
-        def progress(done, total):
+    def copy_and_crash_the_server(src, dst, progress=None, **kwargs):
+        def crash(done, total):
             if not killed:
                 killed.append(done)
                 seaweed.kill()  # mid-upload: the first window is written, the index is not
-        return real(src, dst, progress=progress, **kwargs)
+            if progress is not None:
+                progress(done, total)
+        return real(src, dst, progress=crash, **kwargs)
 
     monkeypatch.setattr(manager_module, "copy_checkpoint", copy_and_crash_the_server)
     ck = _ck(300_000)
@@ -381,4 +370,18 @@ def test_persist_error_surfaces_at_the_next_save(tmp_path, mem_url, monkeypatch)
     m.wait_until_finished()
     assert _durable(m) == ["ckpt-4"]
     assert pyckpt.latest_checkpoint(mem_url).endswith("ckpt-4")
+    m.close()
+
+
+def test_persist_yields_to_a_running_save(tmp_path, mem_url):
+    """Between its windows a persist waits while a local save runs (Tiers.saving)."""
+    m = pyckpt.CheckpointManager(_ck(), mem_url, local_dir=tmp_path / "local")
+    tiers = m._tiers
+    passed = threading.Event()
+    with tiers.saving():
+        t = threading.Thread(target=lambda: (tiers.yield_to_saves(0, 1), passed.set()))
+        t.start()
+        assert not passed.wait(0.3)  # held while the save runs
+    assert passed.wait(10)  # and released when it ends
+    t.join()
     m.close()

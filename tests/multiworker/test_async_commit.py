@@ -4,36 +4,18 @@ never collides with the training job's own collectives."""
 
 import os
 import pathlib
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
-import pytest
 
 import pyckpt
+
+from launch import torchrun  # tests/multiworker/launch.py
 
 WORKERS = pathlib.Path(__file__).with_name("async_workers.py")
 
 
 def launch(scenario, directory, n=4, timeout=240):
-    from pyckpt.testing.requirements import REQUIRE_ALL, require
-
-    require("torch")
-    exe = shutil.which("torchrun")
-    if exe is None:
-        if REQUIRE_ALL:
-            pytest.fail("the torch launcher is missing in CI")
-        pytest.skip("needs torchrun")
-    out_dir = tempfile.mkdtemp(prefix="pyckpt-results-")
-    cmd = [exe, "--standalone", f"--nproc-per-node={n}", str(WORKERS), scenario, directory]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYCKPT_THREADS="2", PYCKPT_TEST_RESULTS=out_dir)
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        results = {int(n): open(os.path.join(out_dir, n)).read() for n in os.listdir(out_dir)}
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    return results, r
+    return torchrun(WORKERS, [scenario, directory], n=n, timeout=timeout)
 
 
 def _value(reader, suffix):

@@ -6,56 +6,30 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
-import tempfile
 import uuid
 
-import pytest
-
-from pyckpt.testing import servers
-from pyckpt.testing.requirements import REQUIRE_ALL, require
+from launch import torchrun  # tests/multiworker/launch.py
 
 WORKER = pathlib.Path(__file__).with_name("tier_workers.py")
 
 
-@pytest.fixture(scope="module")
-def seaweed():
-    require("s3fs", "a storage server or its client")
-    require("torch")
-    try:
-        ctx = servers.seaweedfs_server()
-        server = ctx.__enter__()
-    except RuntimeError as e:
-        if REQUIRE_ALL:  # CI: a server that cannot start is a failure, never a skip
-            pytest.fail(f"PYCKPT_REQUIRE_ALL=1 but SeaweedFS did not start: {e}")
-        pytest.skip(str(e))
-    servers.make_bucket("s3", server.options, "pyckpt")
-    yield server
-    ctx.__exit__(None, None, None)
-
-
-def _launch(base, durable, options, steps):
-    exe = shutil.which("torchrun")
-    if exe is None:
-        if REQUIRE_ALL:
-            pytest.fail("torchrun is missing in CI")
-        pytest.skip("needs torchrun")
-    out_dir = tempfile.mkdtemp(prefix="pyckpt-results-")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYCKPT_THREADS="2", PYCKPT_TEST_RESULTS=out_dir,
-               PYCKPT_TEST_S3=json.dumps(options))
-    cmd = [exe, "--standalone", "--nproc-per-node=4", str(WORKER), base, durable, str(steps)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-        results = {int(n): json.load(open(os.path.join(out_dir, n))) for n in os.listdir(out_dir)}
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+def _launch(base, durable, options, steps, kill=None):
+    env = {"PYCKPT_TEST_S3": json.dumps(options)}
+    if kill is not None:
+        env["PYCKPT_TEST_KILL_RANK"], env["PYCKPT_TEST_KILL_AFTER"] = str(kill[0]), str(kill[1])
+    texts, r = torchrun(WORKER, [base, durable, steps], timeout=240, env=env)
+    results = {rank: json.loads(t) for rank, t in texts.items()}
+    if kill is not None:
+        assert r.returncode != 0, "the killed job should fail"
+        return results
     assert sorted(results) == [0, 1, 2, 3], r.stdout[-2000:] + r.stderr[-4000:]
     for rank, res in results.items():
         assert "error" not in res, (rank, res, r.stderr[-4000:])
     return results
 
 
-def test_torchrun_tiers_with_replicas_and_seaweedfs(tmp_path, seaweed):
+def test_torchrun_tiers_with_replicas_and_seaweedfs(tmp_path, seaweed_server):
+    seaweed = seaweed_server
     base = str(tmp_path)
     durable = f"s3://pyckpt/{uuid.uuid4().hex[:12]}"
     first = _launch(base, durable, seaweed.options, 4)
@@ -80,3 +54,27 @@ def test_torchrun_tiers_with_replicas_and_seaweedfs(tmp_path, seaweed):
     for rank, res in third.items():
         assert res["restored"] == f"{durable}/ckpt-7", res
         assert (res["step"], res["mine"], res["weight"]) == (7, 1000 * rank + 7.0, 7.0)
+
+
+def test_torchrun_tiers_survive_kill_9(tmp_path, seaweed_server):
+    """A worker is killed (SIGKILL) at a different moment of a tiered job in each
+    round (torchrun then stops the others); every restart restores one committed
+    step, the same on every worker, with every worker's own values of that step."""
+    import random
+
+    seaweed = seaweed_server
+    base = str(tmp_path)
+    durable = f"s3://pyckpt/{uuid.uuid4().hex[:12]}"
+    rng = random.Random(16)
+    last = 0
+    for round_ in range(3):
+        _launch(base, durable, seaweed.options, 400, kill=(rng.randrange(4), rng.uniform(4, 12)))
+        after = _launch(base, durable, seaweed.options, 1)
+        steps = {res["step"] for res in after.values()}
+        assert len(steps) == 1, after
+        step = steps.pop()
+        assert step >= last  # never older than a step a previous restart restored
+        for rank, res in after.items():
+            if step:
+                assert (res["mine"], res["weight"]) == (1000 * rank + step, float(step)), res
+        last = step + 1  # the clean run saved one more

@@ -32,6 +32,14 @@ def main():
     ck = pyckpt.Checkpoint(model=model, step=pyckpt.Variable(np.int64(0)),
                            mine=pyckpt.PerWorker(np.zeros(1000, np.float64)))
     out = {}
+    kill_after = float(os.environ.get("PYCKPT_TEST_KILL_AFTER", "0"))
+    if kill_after and rank == int(os.environ.get("PYCKPT_TEST_KILL_RANK", "1")):
+        import signal
+        import threading
+
+        # a kill -9 at a moment of the test's choosing: mid-save, mid-replication,
+        # mid-upload or between saves; torchrun then stops the other workers
+        threading.Timer(kill_after, os.kill, (os.getpid(), signal.SIGKILL)).start()
     try:
         m = pyckpt.CheckpointManager(ck, durable, storage_options=options, max_to_keep=5,
                                      local_dir=os.path.join(base, f"node{rank}"),
