@@ -1,7 +1,8 @@
-"""Launching the real multi-process tests' worker programs with torchrun (gloo).
+"""Fixtures of the real multi-process tests.
 
-Each worker writes its outcome to $PYCKPT_TEST_RESULTS/<rank>; ``torchrun``
-returns those texts by rank, and the finished process (for its output)."""
+``torchrun``: launches a worker program with torchrun (gloo); each worker writes
+its outcome to $PYCKPT_TEST_RESULTS/<rank>, and the call returns those texts by
+rank and the finished process (for its output)."""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ import tempfile
 import pytest
 
 
-def torchrun(script, args, n=4, timeout=240, env=None):
+def _torchrun(script, args, n=4, timeout=240, env=None):
     from pyckpt.testing.requirements import REQUIRE_ALL, require
 
     require("torch")
@@ -30,3 +31,8 @@ def torchrun(script, args, n=4, timeout=240, env=None):
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     return results, r
+
+
+@pytest.fixture
+def torchrun():
+    return _torchrun
