@@ -169,8 +169,8 @@ def main() -> None:
         print("\n== BYTES PER WORKER PER SAVE")
         print(f"  written to the local tier: {2 * mib:.0f} MiB (its part {mib:.0f} + its peer's "
               f"replica {mib:.0f}); sent to its peer: {mib:.0f} MiB; uploaded: "
-              f"{mib / args.persist_every:.0f} MiB on average ({mib:.0f} MiB every "
-              f"{args.persist_every}th save); plain s3 manager: {mib:.0f} MiB uploaded per save")
+              f"{mib / args.persist_every:.0f} MiB on average ({mib:.0f} MiB once every "
+              f"{args.persist_every} saves); plain s3 manager: {mib:.0f} MiB uploaded per save")
 
 
 if __name__ == "__main__":
