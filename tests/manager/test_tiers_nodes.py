@@ -185,11 +185,11 @@ def test_failed_upload_is_reported_and_persisted_again(tmp_path, monkeypatch):
     real = node_tiers.copy_file
     calls = {"n": 0}
 
-    def flaky(ck, f, store, dst, on_bytes=None):
+    def flaky(ck, f, store, dst, *args, **kwargs):
         calls["n"] += 1
         if "ckpt-3" in dst and "-00002-" in dst:  # rank 2's upload of the first persist
             raise OSError(5, "connection reset")
-        return real(ck, f, store, dst, on_bytes)
+        return real(ck, f, store, dst, *args, **kwargs)
 
     monkeypatch.setattr(node_tiers, "copy_file", flaky)
 

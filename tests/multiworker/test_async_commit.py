@@ -6,17 +6,15 @@ import os
 import pathlib
 
 import numpy as np
-import pytest
 
 import pyckpt
+from pyckpt.testing.launch import run_workers
 
 WORKERS = pathlib.Path(__file__).with_name("async_workers.py")
 
 
-@pytest.fixture
-def launch(torchrun):
-    return lambda scenario, directory, n=4, timeout=240: torchrun(
-        WORKERS, [scenario, directory], n=n, timeout=timeout)
+def launch(scenario, directory, n=4, timeout=240):
+    return run_workers(WORKERS, [scenario, directory], n=n, timeout=timeout)
 
 
 def _value(reader, suffix):
@@ -25,7 +23,7 @@ def _value(reader, suffix):
     return reader.get_tensor(keys[0])
 
 
-def test_async_saves_beside_the_jobs_collectives_then_restore(tmp_path, launch):
+def test_async_saves_beside_the_jobs_collectives_then_restore(tmp_path):
     directory = str(tmp_path / "run")
     results, r = launch("train", directory)
     assert sorted(results) == [0, 1, 2, 3], r.stdout + r.stderr[-3000:]
@@ -49,7 +47,7 @@ def test_async_saves_beside_the_jobs_collectives_then_restore(tmp_path, launch):
     assert pyckpt.latest_checkpoint(directory) == os.path.join(directory, "ckpt-4")
 
 
-def test_a_failed_background_write_raises_on_every_worker(tmp_path, launch):
+def test_a_failed_background_write_raises_on_every_worker(tmp_path):
     directory = str(tmp_path / "run")
     results, r = launch("fail", directory)
     assert results == {k: "ok ckpt-1,ckpt-2" for k in range(4)}, r.stdout + r.stderr[-3000:]

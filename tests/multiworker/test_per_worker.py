@@ -11,15 +11,13 @@ import importlib.util
 import json
 import os
 import pathlib
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 
 import pyckpt
 from pyckpt import PerWorker
+from pyckpt.testing.launch import run_workers
 from pyckpt.testing.thread_comm import ThreadGroup
 
 WORKERS = pathlib.Path(__file__).with_name("per_worker_workers.py")
@@ -41,23 +39,9 @@ def data_bytes(path):
 
 @pytest.fixture(scope="module")
 def torchrun_run(tmp_path_factory):
-    from pyckpt.testing.requirements import REQUIRE_ALL, require
-
-    require("torch")
-    exe = shutil.which("torchrun")
-    if exe is None:
-        if REQUIRE_ALL:
-            pytest.fail("the torch launcher is missing in CI")
-        pytest.skip("needs torchrun")
     directory = tmp_path_factory.mktemp("per-worker")
-    out_dir = tempfile.mkdtemp(prefix="pyckpt-results-")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYCKPT_THREADS="2", PYCKPT_TEST_RESULTS=out_dir)
-    try:
-        r = subprocess.run([exe, "--standalone", "--nproc-per-node=4", str(WORKERS),
-                            str(directory)], capture_output=True, text=True, timeout=240, env=env)
-        results = {int(n): json.load(open(os.path.join(out_dir, n))) for n in os.listdir(out_dir)}
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+    texts, r = run_workers(WORKERS, [directory], n=4)
+    results = {rank: json.loads(t) for rank, t in texts.items()}
     assert sorted(results) == [0, 1, 2, 3], r.stdout + r.stderr[-3000:]
     return directory, results
 

@@ -7,45 +7,17 @@ the test process itself loads everything as one process.
 
 import os
 import pathlib
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import pyckpt
+from pyckpt.testing.launch import run_workers
 
 WORKERS = pathlib.Path(__file__).with_name("workers.py")
 G = np.arange(10 * 6 * 4, dtype=np.float32).reshape(10, 6, 4)
-def _launcher(engine):
-    from pyckpt.testing.requirements import REQUIRE_ALL, require
-
-    require("torch" if engine == "torch" else "mpi4py")
-    exe = shutil.which("torchrun" if engine == "torch" else "mpiexec")
-    if exe is None:
-        if REQUIRE_ALL:
-            pytest.fail(f"the {engine} launcher is missing in CI")
-        pytest.skip(f"needs the {engine} launcher")
-    return exe
-
-
 def launch(engine, n, scenario, path, timeout=180):
-    import tempfile
-
-    exe = _launcher(engine)
-    out_dir = tempfile.mkdtemp(prefix="pyckpt-results-")
-    if engine == "torch":
-        cmd = [exe, "--standalone", f"--nproc-per-node={n}", str(WORKERS), "torch", scenario, path]
-    else:
-        cmd = [exe, "-n", str(n), sys.executable, str(WORKERS), "mpi", scenario, path]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYCKPT_THREADS="2", PYCKPT_TEST_RESULTS=out_dir)
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        results = {int(n): open(os.path.join(out_dir, n)).read() for n in os.listdir(out_dir)}
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    return results, r
+    return run_workers(WORKERS, [engine, scenario, path], n=n, engine=engine, timeout=timeout)
 
 
 @pytest.mark.parametrize("engine", ["torch", "mpi"])

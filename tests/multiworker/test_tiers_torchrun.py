@@ -8,21 +8,16 @@ import pathlib
 import shutil
 import uuid
 
-import pytest
+from pyckpt.testing.launch import run_workers
 
 WORKER = pathlib.Path(__file__).with_name("tier_workers.py")
 
 
-@pytest.fixture
-def run_job(torchrun):
-    return lambda *a, **k: _launch(torchrun, *a, **k)
-
-
-def _launch(torchrun, base, durable, options, steps, kill=None):
+def run_job(base, durable, options, steps, kill=None):
     env = {"PYCKPT_TEST_S3": json.dumps(options)}
     if kill is not None:
         env["PYCKPT_TEST_KILL_RANK"], env["PYCKPT_TEST_KILL_AFTER"] = str(kill[0]), str(kill[1])
-    texts, r = torchrun(WORKER, [base, durable, steps], timeout=240, env=env)
+    texts, r = run_workers(WORKER, [base, durable, steps], timeout=240, env=env)
     if kill is not None:  # the others were stopped by torchrun, anywhere
         assert r.returncode != 0, "the killed job should fail"
         return None
@@ -33,7 +28,7 @@ def _launch(torchrun, base, durable, options, steps, kill=None):
     return results
 
 
-def test_torchrun_tiers_with_replicas_and_seaweedfs(tmp_path, seaweed_server, run_job):
+def test_torchrun_tiers_with_replicas_and_seaweedfs(tmp_path, seaweed_server):
     seaweed = seaweed_server
     base = str(tmp_path)
     durable = f"s3://pyckpt/{uuid.uuid4().hex[:12]}"
@@ -61,7 +56,7 @@ def test_torchrun_tiers_with_replicas_and_seaweedfs(tmp_path, seaweed_server, ru
         assert (res["step"], res["mine"], res["weight"]) == (7, 1000 * rank + 7.0, 7.0)
 
 
-def test_torchrun_tiers_survive_kill_9(tmp_path, seaweed_server, run_job):
+def test_torchrun_tiers_survive_kill_9(tmp_path, seaweed_server):
     """A worker is killed (SIGKILL) at a different moment of a tiered job in each
     round (torchrun then stops the others); every restart restores one committed
     step, the same on every worker, with every worker's own values of that step."""
