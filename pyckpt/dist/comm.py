@@ -129,7 +129,7 @@ class TorchComm(Communicator):
                  recv_sizes: dict[int, list[int]]) -> dict[int, list[np.ndarray]]:
         """``Communicator.exchange`` with ``isend``/``irecv`` of uint8 CPU tensors (gloo;
         empty arrays are not sent); an engine error is raised as WorkerTimeoutError."""
-        import torch
+        import torch  # optional dependency
 
         out = {src: [np.empty(n, np.uint8) for n in sizes] for src, sizes in recv_sizes.items()}
         try:
