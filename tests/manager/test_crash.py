@@ -8,15 +8,12 @@ and old checkpoints must not pile up across restarts.
 import os
 import pathlib
 import random
-import signal
-import subprocess
-import sys
-import threading
 import time
 
 import numpy as np
 
 import pyckpt
+from pyckpt.testing.crash import run_and_kill
 
 CHILD = pathlib.Path(__file__).with_name("crash_child.py")
 KILLS = 12
@@ -24,21 +21,7 @@ MAX_TO_KEEP = 3
 
 
 def _run_and_kill(directory, rng):
-    proc = subprocess.Popen([sys.executable, str(CHILD), str(directory)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 60
-    while not any(line.startswith("start") for line in lines):
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "child did not start"
-        time.sleep(0.01)
-    time.sleep(rng.uniform(0.0, 0.8))  # kill somewhere inside the save loop
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    reader.join(timeout=30)
-    saved = [int(line.split()[1]) for line in lines if line.startswith("saved")]
+    _, saved = run_and_kill([CHILD, directory], rng)
     return saved[-1] if saved else None
 
 

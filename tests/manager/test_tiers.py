@@ -12,6 +12,7 @@ import pytest
 
 import pyckpt
 from pyckpt.manager import manager as manager_module
+from pyckpt.testing.crash import run_and_kill
 
 
 def _ck(n=5000):
@@ -293,12 +294,8 @@ def _check_tier(directory, max_kept):
 
 def test_sigkill_during_tiered_saves(tmp_path):
     import random
-    import signal
-    import subprocess
-    import sys
-    import time
 
-    child = os.path.join(os.path.dirname(__file__), "crash_child_tiers.py")
+    child = os.path.join(os.path.dirname(__file__), "crash_child.py")
     local, durable = str(tmp_path / "local"), str(tmp_path / "durable")
     rng = random.Random(20261123)
     last = 0
@@ -307,22 +304,7 @@ def test_sigkill_during_tiered_saves(tmp_path):
         if round_ in (4, 8):
             shutil.rmtree(local, ignore_errors=True)  # a lost node: restart from durable
             last = _check_tier(durable, 3)
-        proc = subprocess.Popen([sys.executable, child, local, durable], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        lines = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + 60
-        while not any(line.startswith("start") for line in lines):
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "child did not start"
-            time.sleep(0.01)
-        start = int(next(line for line in lines if line.startswith("start")).split()[1])
-        time.sleep(rng.uniform(0.0, 0.8))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        reader.join(timeout=30)
-        saved = [int(line.split()[1]) for line in lines if line.startswith("saved")]
+        start, saved = run_and_kill([child, local, durable], rng)
         # the restart continued from the newest complete checkpoint of either tier
         assert start >= last
         local_step = _check_tier(local, 2)
