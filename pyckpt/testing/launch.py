@@ -31,13 +31,23 @@ def launcher(engine: str) -> str:
 
 
 def run_workers(script: Any, args: Sequence[Any], n: int = 4, engine: str = "torch",
-                timeout: float = 240, env: dict | None = None
+                timeout: float = 240, env: dict | None = None,
+                monitor_interval: float | None = None
                 ) -> tuple[dict[int, str], subprocess.CompletedProcess]:
-    """Runs ``script args...`` as ``n`` workers; returns ({rank: text}, process)."""
+    """Runs ``script args...`` as ``n`` workers; returns ({rank: text}, process).
+
+    ``monitor_interval`` (torchrun only): how often torchrun polls its workers.
+    Once one worker has exited with an error, torchrun terminates the others at
+    its next poll (every 0.1 s by default); tests in which a worker dies on
+    purpose pass a few seconds so that the survivors can report their own
+    outcome first."""
     exe = launcher(engine)
     out_dir = tempfile.mkdtemp(prefix="pyckpt-results-")
     if engine == "torch":
-        cmd = [exe, "--standalone", f"--nproc-per-node={n}", str(script)]
+        cmd = [exe, "--standalone", f"--nproc-per-node={n}"]
+        if monitor_interval is not None:
+            cmd.append(f"--monitor-interval={monitor_interval}")
+        cmd.append(str(script))
     else:
         cmd = [exe, "-n", str(n), sys.executable, str(script)]
     cmd += [str(a) for a in args]

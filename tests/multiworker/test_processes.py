@@ -16,8 +16,8 @@ from pyckpt.testing.launch import run_workers
 
 WORKERS = pathlib.Path(__file__).with_name("workers.py")
 G = np.arange(10 * 6 * 4, dtype=np.float32).reshape(10, 6, 4)
-def launch(engine, n, scenario, path, timeout=180):
-    return run_workers(WORKERS, [engine, scenario, path], n=n, engine=engine, timeout=timeout)
+def launch(engine, n, scenario, path, timeout=180, **kw):
+    return run_workers(WORKERS, [engine, scenario, path], n=n, engine=engine, timeout=timeout, **kw)
 
 
 @pytest.mark.parametrize("engine", ["torch", "mpi"])
@@ -37,7 +37,10 @@ def test_save_with_4_workers_load_with_2_and_with_1(engine, tmp_path):
 @pytest.mark.parametrize("scenario", ["die_before", "die_during"])
 def test_a_dying_worker_fails_the_save_on_the_others(scenario, tmp_path):
     path = str(tmp_path / "ckpt")
-    results, r = launch("torch", 4, scenario, path, timeout=240)
+    # torchrun terminates the survivors at its next poll after worker 2 exits:
+    # poll every 10 s, so that they report how their save ended (gloo sees the
+    # closed connection at once, pyckpt's collectives raise)
+    results, r = launch("torch", 4, scenario, path, timeout=240, monitor_interval=10)
     assert 2 not in results  # it died
     survivors = {k: v for k, v in results.items() if k != 2}
     assert survivors, r.stdout + r.stderr[-3000:]
