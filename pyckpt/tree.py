@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import re
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 

@@ -37,26 +37,23 @@ does it at its next save, after a collective).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import time
-import traceback
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..engine import attempts, naming, writer
 from ..engine.options import DEFAULT, IOOptions
-from ..engine.writer import PreparedTensor, check_metadata
+from ..engine.writer import PreparedTensor
 from ..format import INDEX_NAME
 from ..format.manifest import FileEntry
 from ..sharded import ShardedArray
 from ..sharded.perworker import PerWorker
 from ..storage import Store
 from .comm import Communicator, WorkerTimeoutError
-from .planner import plan_global
-from .plans import GlobalPlan, LocalPlan, TensorPlan, WriteResult
-from .save import DistributedSaveError, _assemble, local_plan
+from .plans import GlobalPlan, TensorPlan, WriteResult
+from .save import DistributedSaveError, _assemble, plan_save, write_part
 
 __all__ = ["BackgroundSave", "prepare", "planned", "discard", "part_name", "failed_name"]
 
@@ -96,52 +93,25 @@ def planned(objs: Sequence[Any], staged: Sequence[np.ndarray]) -> list[Any]:
     return out
 
 
-def _refused_plan(rank: int, error: str) -> LocalPlan:
-    return LocalPlan(rank, (), (), (), np.zeros(0, bool), np.zeros((0, 1), np.int64),
-                     np.zeros((0, 1), np.int64), np.zeros(0, np.int64), error)
-
-
 def prepare(comm: Communicator, store: Store, path: str,
             stage: Callable[[], Sequence[tuple[str, Any]]], *, tree: Any = None,
             graph: dict | None = None, metadata: dict | None = None,
             options: IOOptions | None = None, timeout: float | None = None) -> "BackgroundSave":
-    """Steps 1-3 (module doc), on every worker of ``comm`` at the same point:
-    ``stage()`` copies this worker's values aside and returns its (key, value)
-    items; its error, like any local planning error, refuses the save on every
+    """Steps 1-3 (module doc; ``save.plan_save``), on every worker of ``comm`` at the
+    same point: ``stage()`` copies this worker's values aside and returns its (key,
+    value) items; its error, like any local planning error, refuses the save on every
     worker (ValueError). Returns the work of steps 4-7. ``timeout`` (default: the
     communicator's) bounds the background waits."""
     options = options or DEFAULT
-    rank, world = comm.rank, comm.world_size
-    try:
-        metadata = check_metadata(metadata)
-        plan, prepared = local_plan(rank, stage(), world, options)
-    except Exception as e:  # noqa: BLE001 - travels in the plan: every worker refuses
-        plan, prepared = _refused_plan(rank, f"{type(e).__name__}: {e}"), []
-    plans = comm.gather(plan)                                               # step 2
-    gp: GlobalPlan | None = None
-    tplans: list[TensorPlan] = []
-    if rank == 0:                                                           # step 3
-        assert plans is not None  # gathered on rank 0
-        gp, tplans = plan_global(plans, naming.new_attempt_id())
-        if not gp.error:
-            try:  # ended by rank 0's background part, after the commit or the failure
-                attempts.begin(store, path, gp.attempt)
-            except Exception as e:  # noqa: BLE001 - refuses the save on every worker
-                gp = dataclasses.replace(gp, error=f"cannot start the save: "
-                                                   f"{type(e).__name__}: {e}")
-    gp = comm.broadcast(gp)
-    assert gp is not None
-    if gp.error:
-        raise ValueError(f"distributed save of {store.url(path)} refused: {gp.error}")
+    p = plan_save(comm, store, path, stage, metadata, options)
     expected = None
-    if rank == 0:
-        assert plans is not None
-        expected = [np.asarray(p.nbytes)[gp.writes[r]] for r, p in enumerate(plans)]
-    return BackgroundSave(store, path, gp, rank, world,
-                          [prepared[i] for i in gp.writes[rank]],
+    if comm.rank == 0:
+        assert p.plans is not None
+        expected = [np.asarray(lp.nbytes)[p.gp.writes[r]] for r, lp in enumerate(p.plans)]
+    return BackgroundSave(store, path, p.gp, comm.rank, comm.world_size, p.mine,
                           comm.timeout if timeout is None else float(timeout), options,
-                          tplans=tplans, expected=expected, tree=tree, graph=graph,
-                          metadata=metadata)
+                          tplans=p.tplans, expected=expected, tree=tree, graph=graph,
+                          metadata=p.metadata)
 
 
 class BackgroundSave:
@@ -171,17 +141,8 @@ class BackgroundSave:
     # -- every worker ---------------------------------------------------------------------
     def run(self) -> None:
         """Steps 4-7 (module doc)."""
-        own: BaseException | None = None
-        try:                                                                # step 4
-            self.store.makedirs(self.path)
-            data = writer.write_data(self.store, self.path, self._mine, attempt=self.attempt,
-                                     rank=self.rank, options=self._options)
-            result = WriteResult(self.rank, tuple(data.files), data.file, data.offset,
-                                 data.nbytes, data.crcs)
-        except BaseException as e:  # published, then raised on every worker
-            own = e
-            result = WriteResult(self.rank, error=f"{type(e).__name__}: {e}\n"
-                                 + "".join(traceback.format_exception(e))[-2000:])
+        result, own = write_part(self.store, self.path, self._mine, self.attempt,  # step 4
+                                 self.rank, self._options)
         try:                                                                # step 5
             self.store.write_atomic(self._join(part_name(self.attempt, self.rank)),
                                     _encode(result))

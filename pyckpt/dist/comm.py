@@ -51,6 +51,17 @@ class Communicator(abc.ABC):
         broadcast)."""
         return self.broadcast(self.gather(obj))
 
+    #: whether ``background`` can make a communicator for a background thread
+    background_capable: bool = False
+
+    def background(self) -> "Communicator":
+        """Collective (every worker, at the same point, in the caller's thread): a new
+        communicator of the same workers for one background thread of each worker.
+        Its collectives never mix with those of this communicator (the training job's
+        own), so a background thread may run a whole protocol on it. Only where
+        ``background_capable``; else NotImplementedError."""
+        raise NotImplementedError(f"{type(self).__name__} cannot make a background communicator")
+
     def exchange(self, sends: dict[int, list[np.ndarray]],
                  recv_sizes: dict[int, list[int]]) -> dict[int, list[np.ndarray]]:
         """Point-to-point byte transfers, called by every worker at once: sends each
@@ -98,6 +109,17 @@ class TorchComm(Communicator):
 
     def _global(self, rank: int) -> int:
         return rank if self.group is None else self._dist.get_global_rank(self.group, rank)
+
+    background_capable = True
+
+    def background(self) -> "TorchComm":
+        """A new gloo group of the same ranks, with this communicator's timeout, made by
+        ``new_group`` (every rank of the group calls it)."""
+        ranks = None if self.group is None else self._dist.get_process_group_ranks(self.group)
+        group = self._dist.new_group(ranks=ranks, backend="gloo",
+                                     timeout=datetime.timedelta(seconds=self.timeout),
+                                     use_local_synchronization=ranks is not None)
+        return TorchComm(group, self.timeout)
 
     def _fail(self, what: str, e: BaseException) -> WorkerTimeoutError:
         err = WorkerTimeoutError(f"torch.distributed {what} failed on rank {self.rank}: {e}")
@@ -176,6 +198,17 @@ class MPIComm(Communicator):
         self.world_size = self.comm.Get_size()
         self.timeout = float(timeout) if timeout is not None else DEFAULT_TIMEOUT
         self._seq = 0
+
+    @property
+    def background_capable(self) -> bool:  # type: ignore[override]
+        """With MPI_THREAD_MULTIPLE (mpi4py's default): a second thread may call MPI."""
+        return bool(self._MPI.Query_thread() >= self._MPI.THREAD_MULTIPLE)
+
+    def background(self) -> "MPIComm":
+        """``Dup`` of the communicator (collective), with the same timeout."""
+        if not self.background_capable:
+            raise NotImplementedError("MPI was not initialized with MPI_THREAD_MULTIPLE")
+        return MPIComm(self.comm.Dup(), self.timeout)
 
     def _tag(self) -> int:
         self._seq = (self._seq + 1) % 4096

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,7 +35,6 @@ from ..engine import attempts, naming
 from ..engine.options import DEFAULT
 from ..engine import writer
 from ..engine.writer import PreparedTensor, check_metadata, info
-from ..errors import CheckpointError
 from ..format.manifest import FileEntry, build_manifest
 from ..sharded import ShardedArray
 from ..sharded.perworker import INFO_KEY, PerWorker
@@ -182,6 +181,109 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
                           tree=tree, graph=graph, metadata=metadata, info=info_doc)
 
 
+@dataclasses.dataclass
+class Planned:
+    """Steps 1-3 on one worker: the decision (``gp``), what this worker writes, and on
+    rank 0 the tensors' plans and every worker's local plan."""
+    gp: GlobalPlan
+    mine: list[PreparedTensor]
+    tplans: list[TensorPlan]
+    plans: list[LocalPlan] | None
+    metadata: dict | None
+
+
+def refused_plan(rank: int, error: str) -> LocalPlan:
+    """A local plan that refuses the save on every worker, with ``error``."""
+    return LocalPlan(rank, (), (), (), np.zeros(0, bool), np.zeros((0, 1), np.int64),
+                     np.zeros((0, 1), np.int64), np.zeros(0, np.int64), error)
+
+
+def plan_save(comm: Communicator, store: Store, path: str,
+              items: Callable[[], Sequence[tuple[str, Any]]], metadata: dict | None,
+              options: Any) -> Planned:
+    """Steps 1-3, on every worker of ``comm`` at the same point. ``items()`` returns this
+    worker's (key, value) pairs (an async save copies its values aside in it); its error,
+    like any local planning error, refuses the save on every worker: ValueError, nothing
+    written. Rank 0 marks the attempt in ``store``/``path`` (ended by its step 6)."""
+    rank, world = comm.rank, comm.world_size
+    try:
+        metadata = check_metadata(metadata)
+        plan, prepared = local_plan(rank, items(), world, options)
+    except Exception as e:  # noqa: BLE001 - travels in the plan: every worker refuses
+        plan, prepared = refused_plan(rank, f"{type(e).__name__}: {e}"), []
+    plans = comm.gather(plan)                                               # step 2
+    tplans: list[TensorPlan] = []
+    gp = None
+    if rank == 0:                                                           # step 3
+        assert plans is not None  # gathered on rank 0
+        gp, tplans = plan_global(plans, naming.new_attempt_id())
+        if not gp.error:
+            try:  # the attempt's marker, ended by rank 0 in step 6
+                attempts.begin(store, path, gp.attempt)
+            except Exception as e:  # noqa: BLE001 - refuses the save on every worker
+                gp = dataclasses.replace(gp, error=f"cannot start the save: {type(e).__name__}: {e}")
+    gp = comm.broadcast(gp)
+    assert gp is not None
+    if gp.error:
+        raise ValueError(f"distributed save of {store.url(path)} refused: {gp.error}")
+    return Planned(gp, [prepared[i] for i in gp.writes[rank]], tplans, plans, metadata)
+
+
+def write_part(store: Store, path: str, mine: Sequence[PreparedTensor], attempt: str,
+               rank: int, options: Any) -> tuple[WriteResult, BaseException | None]:
+    """Step 4: writes this worker's blocks. Returns the result for the coordinator (with
+    the error text on failure) and the error itself; never raises."""
+    try:
+        store.makedirs(path)
+        data = writer.write_data(store, path, list(mine), attempt=attempt, rank=rank,
+                                 options=options)
+        return WriteResult(rank, tuple(data.files), data.file, data.offset, data.nbytes,
+                           data.crcs), None
+    except BaseException as e:  # noqa: BLE001 - reported to the coordinator, raised everywhere
+        return WriteResult(rank, error=f"{type(e).__name__}: {e}\n"
+                           + "".join(traceback.format_exception(e))[-2000:]), e
+
+
+def commit_node_local(comm: Communicator, store: Store, path: str, p: Planned,
+                      result: WriteResult, *, tree: Any, graph: dict | None, replicate: int,
+                      options: Any) -> None:
+    """Steps 5-9 of a node-local save (node_local.py): gather the results, rank 0
+    assembles the index, then replicas and every node's commit record."""
+    rank, world = comm.rank, comm.world_size
+    results = comm.gather(result)                                           # step 5
+    manifest, error = None, None
+    if rank == 0:
+        assert results is not None
+        error = "\n".join(f"rank {r.rank}: {r.error}" for r in results if r.error) or None
+        if error is None:
+            try:
+                manifest = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
+                                     p.metadata, p.gp.attempt, world)
+            except BaseException as e:  # noqa: BLE001 - raised on every worker
+                error = f"rank 0 (assembling the index): {type(e).__name__}: {e}"
+        attempts.end(store, path, p.gp.attempt)
+    node_local_commit(comm, store, path, result, manifest, error, replicate)
+
+
+class NodeLocalSave:
+    """The background part of an async node-local save: ``run()`` writes this worker's
+    blocks and runs steps 5-9 on ``comm``, a communicator made for background threads
+    (``Communicator.background``), so the job's own never sees a collective of it."""
+
+    def __init__(self, comm: Communicator, store: Store, path: str, p: Planned, *,
+                 graph: dict | None, replicate: int, options: Any) -> None:
+        self.comm, self.store, self.path, self.planned = comm, store, path, p
+        self.attempt = p.gp.attempt
+        self._graph, self._replicate, self._options = graph, replicate, options
+
+    def run(self) -> None:
+        """Steps 4-9 (raises DistributedSaveError or WorkerTimeoutError on failure)."""
+        result, _ = write_part(self.store, self.path, self.planned.mine, self.attempt,
+                               self.comm.rank, self._options)
+        commit_node_local(self.comm, self.store, self.path, self.planned, result, tree=None,
+                          graph=self._graph, replicate=self._replicate, options=self._options)
+
+
 def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
                      *, tree: Any = None, graph: dict | None = None,
                      metadata: dict | None = None, options: Any = None,
@@ -201,53 +303,15 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     the files of the ``replicate`` workers before it (node_local.py, docs/PROTOCOL.md
     section 7)."""
     options = options or DEFAULT
-    rank, world = comm.rank, comm.world_size
+    rank = comm.rank
     url = store.url(path)
-    try:
-        metadata = check_metadata(metadata)
-        plan, prepared = local_plan(rank, items, world, options)
-    except (TypeError, ValueError) as e:
-        plan, prepared = LocalPlan(rank, (), (), (), np.zeros(0, bool), np.zeros((0, 1), np.int64),
-                                   np.zeros((0, 1), np.int64), np.zeros(0, np.int64), str(e)), []
-    plans = comm.gather(plan)                                               # step 2
-    tplans: list[TensorPlan] = []
-    gp = None
-    if rank == 0:                                                           # step 3
-        assert plans is not None  # gathered on rank 0
-        gp, tplans = plan_global(plans, naming.new_attempt_id())
-        if not gp.error:
-            try:  # the attempt's marker, ended by rank 0 in step 6
-                attempts.begin(store, path, gp.attempt)
-            except BaseException as e:
-                gp = dataclasses.replace(gp, error=f"cannot start the save: {type(e).__name__}: {e}")
-    gp = comm.broadcast(gp)
-    if gp.error:
-        raise ValueError(f"distributed save of {url} refused: {gp.error}")
-    result = WriteResult(rank)                                              # step 4
-    try:
-        store.makedirs(path)
-        mine = [prepared[i] for i in gp.writes[rank]]
-        data = writer.write_data(store, path, mine, attempt=gp.attempt, rank=rank, options=options)
-        result = WriteResult(rank, tuple(data.files), data.file, data.offset, data.nbytes,
-                             data.crcs)
-    except BaseException as e:  # reported to the coordinator, raised everywhere below
-        result = WriteResult(rank, error=f"{type(e).__name__}: {e}\n"
-                             + "".join(traceback.format_exception(e))[-2000:])
-    results = comm.gather(result)                                           # step 5
+    p = plan_save(comm, store, path, lambda: items, metadata, options)      # steps 1-3
+    result, _ = write_part(store, path, p.mine, p.gp.attempt, rank, options)  # step 4
     if node_local:
-        manifest, error = None, None
-        if rank == 0:
-            assert results is not None
-            error = "\n".join(f"rank {r.rank}: {r.error}" for r in results if r.error) or None
-            if error is None:
-                try:
-                    manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,
-                                         metadata, gp.attempt, world)
-                except BaseException as e:
-                    error = f"rank 0 (assembling the index): {type(e).__name__}: {e}"
-            attempts.end(store, path, gp.attempt)
-        node_local_commit(comm, store, path, result, manifest, error, replicate)
+        commit_node_local(comm, store, path, p, result, tree=tree, graph=graph,
+                          replicate=replicate, options=options)
         return
+    results = comm.gather(result)                                           # step 5
     outcome: tuple[str, str | None] = ("ok", None)
     if rank == 0:                                                           # step 6
         assert results is not None  # gathered on rank 0
@@ -260,19 +324,19 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
                 pass
         else:
             try:
-                manifest = _assemble(tplans, gp, results, options.chunk_size, tree, graph,
-                                     metadata, gp.attempt, world)
+                manifest = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
+                                     p.metadata, p.gp.attempt, comm.world_size)
                 try:
                     previous = writer.commit(store, path, manifest)
                 except BaseException:
-                    if not _landed(store, path, gp.attempt):
+                    if not _landed(store, path, p.gp.attempt):
                         raise
                     previous = None  # the index landed though its answer was lost
                 writer.delete_replaced(store, path, previous, manifest)
                 writer.remove_orphans(store, path)
             except BaseException as e:
                 outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
-        attempts.end(store, path, gp.attempt)
+        attempts.end(store, path, p.gp.attempt)
     outcome = comm.broadcast(outcome)
     if outcome[0] != "ok":                                                  # step 7
         raise DistributedSaveError(f"distributed save of {url} failed; nothing was "

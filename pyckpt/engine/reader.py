@@ -3,7 +3,6 @@ tensors into new or caller-provided arrays, mmap views, verification."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np

@@ -23,7 +23,6 @@ import numpy as np
 
 from ..errors import CheckpointKeyError
 from ..device.loading import fill_targets
-from ..sharded import ShardedArray
 
 __all__ = ["CheckpointSource", "Target"]
 

@@ -6,7 +6,6 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-import numpy as np
 
 from .._dtypes import describe_dtypes, same_dtype
 from ..tree import skeleton_leaves

@@ -18,7 +18,10 @@ With ``max_async_bytes`` set, a state larger than that is saved blocking.
 
 With several workers the work run here is one worker's part of the save
 (``dist/background.py``: write, publish its result through the store, and on
-rank 0 commit): it never issues a collective (docs/PROTOCOL.md section 6b).
+rank 0 commit): it never issues a collective on the job's communicator
+(docs/PROTOCOL.md section 6b). A node-local save (a multi-worker tiered
+manager) runs its collectives here on a communicator made for background
+threads (``Communicator.background``, docs/PROTOCOL.md section 7b).
 """
 
 from __future__ import annotations
@@ -82,11 +85,12 @@ class AsyncSaver:
         """Whether a background save is running."""
         return self._thread is not None and self._thread.is_alive()
 
-    def join(self) -> None:
-        """Waits for the in-flight save without taking its error (``wait`` raises it)."""
+    def join(self, timeout: float | None = None) -> None:
+        """Waits (at most ``timeout`` seconds) for the in-flight save without taking its
+        error (``wait`` raises it)."""
         t = self._thread
-        if t is not None:
-            t.join()
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
 
     def wait(self) -> None:
         """Waits for the in-flight save; re-raises its error (once)."""

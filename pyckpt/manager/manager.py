@@ -34,7 +34,8 @@ from typing import Any, Callable
 from .. import saving
 from ..dist import background
 from ..dist.comm import Communicator, comm_scope, resolve_comm
-from ..dist.save import DistributedSaveError
+from ..dist.save import DistributedSaveError, NodeLocalSave, plan_save
+from ..engine.options import DEFAULT
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
 from ..graph.checkpoint import write_graph
@@ -150,6 +151,8 @@ class CheckpointManager:
         # files wait for removal, and the last commit (name, number, metrics)
         self._unsettled = False
         self._failed_attempt: tuple[str, str] | None = None
+        # node-local async saves: the communicator their background parts use
+        self._bg_comm: Communicator | None = None
         self._last_commit: tuple[str, int, dict | None] | None = None
         self._state = self._recover()
         _LIVE.add(self)
@@ -230,8 +233,6 @@ class CheckpointManager:
             return saved
         comm = resolve_comm(self._comm)
         multi = comm is not None and comm.world_size > 1
-        if self._node_local is not None:
-            blocking = True  # node-local saves are blocking (docs/API.md section 13)
         if comm is not None and multi and self._unsettled:
             self._settle(comm)
         else:
@@ -308,6 +309,9 @@ class CheckpointManager:
             self._warn_if_below(number)
             live = None if blocking else traverse(self._checkpoint)
             sync = live is None or not self._async_fits(live)
+            if not sync and multi and self._node_local is not None:
+                assert comm is not None
+                sync = not comm.background_capable  # its collectives run in the background
             if comm is not None and multi and live is not None:
                 sync = not self._agree(comm, name, not sync)
             try:
@@ -318,7 +322,9 @@ class CheckpointManager:
                     self._checkpoint.write(url, storage_options=self._storage_options, comm=comm)
                 elif comm is not None and multi:
                     assert live is not None
-                    bg = self._stage_multi(comm, path, live)
+                    bg: background.BackgroundSave | NodeLocalSave = (
+                        self._stage_multi(comm, path, live) if self._node_local is None
+                        else self._stage_node_local(comm, path, live))
                 else:
                     assert live is not None
                     work = self._stage_async(path, live)
@@ -362,11 +368,9 @@ class CheckpointManager:
                              "their save counters or checkpoint_number differ")
         return all(v[1] for v in views)
 
-    def _stage_multi(self, comm: Communicator, path: str,
-                     live: LiveGraph) -> background.BackgroundSave:
-        """Collective, in the caller's thread: copies this worker's values into the
-        staging buffers, then plans the save with the other workers (no collective
-        is left for the background part)."""
+    def _stager(self, live: LiveGraph) -> Callable[[], list[tuple[str, Any]]]:
+        """The staging step of a multi-worker async save: copies this worker's values
+        into the staging buffers and returns them as (key, planned value) items."""
         keys = live.value_keys()
         srcs = [live.array_of(n) for n in live.values]
         objs = [live.objects[n] for n in live.values]
@@ -376,13 +380,34 @@ class CheckpointManager:
             stage_values(srcs, bufs)
             return list(zip(keys, background.planned(objs, bufs)))
 
-        return background.prepare(comm, self._store, path, stage, graph=live.to_json())
+        return stage
 
-    def _finish_multi(self, bg: background.BackgroundSave, counter: Any, counted: int,
-                      name: str, number: int, metrics: dict | None,
+    def _stage_multi(self, comm: Communicator, path: str,
+                     live: LiveGraph) -> background.BackgroundSave:
+        """Collective, in the caller's thread: copies this worker's values into the
+        staging buffers, then plans the save with the other workers (no collective
+        is left for the background part)."""
+        return background.prepare(comm, self._store, path, self._stager(live),
+                                  graph=live.to_json())
+
+    def _stage_node_local(self, comm: Communicator, path: str, live: LiveGraph) -> NodeLocalSave:
+        """Collective, in the caller's thread: stages and plans as ``_stage_multi``; the
+        background part (write, replicas, commit records: dist/node_local.py) runs its
+        collectives on a communicator of its own, made at the first such save, and
+        made anew by all after one failed anywhere (its collectives may be out of step)."""
+        if any(comm.all_gather(self._bg_comm is None)):
+            self._bg_comm = comm.background()
+        assert self._bg_comm is not None
+        planned = plan_save(comm, self._store, path, self._stager(live), None, DEFAULT)
+        return NodeLocalSave(self._bg_comm, self._store, path, planned, graph=live.to_json(),
+                             replicate=self._node_local or 0, options=DEFAULT)
+
+    def _finish_multi(self, bg: background.BackgroundSave | NodeLocalSave, counter: Any,
+                      counted: int, name: str, number: int, metrics: dict | None,
                       lead: bool) -> Callable[[], None]:
         """The background part of one worker: write, publish, and on rank 0 commit,
-        record and retire; on the others, wait for the commit and track it."""
+        record and retire; on the others, wait for the commit and track it (node-local:
+        every worker commits its own copy, records it and retires)."""
         def finish() -> None:
             try:
                 try:
@@ -392,6 +417,8 @@ class CheckpointManager:
                         counter.assign_sub(1)
                     if lead:
                         self._failed_attempt = (bg.path, bg.attempt)
+                    if isinstance(bg, NodeLocalSave):
+                        self._bg_comm = None
                     add_note(e, f"{self._url(name)} was not saved by this call: nothing of it "
                                 "was committed (its files are removed at the next save)")
                     raise
@@ -425,7 +452,10 @@ class CheckpointManager:
             truth = (reports, int(self._checkpoint.save_counter), self._last_commit)
         reports, count, last = comm.broadcast(truth)
         self._last_commit = None
-        if comm.rank != 0:
+        if self._node_local is not None:  # every worker keeps its own directory and state
+            if comm.rank != 0:
+                self._discard_failed()
+        elif comm.rank != 0:
             counter = self._checkpoint.save_counter
             if int(counter) != count:
                 counter.assign(count)

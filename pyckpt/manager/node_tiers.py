@@ -5,9 +5,10 @@ tier is shared.
 - **Save.** Every worker saves its part into its own local directory and commits
   the same index there, after keeping the replicas of ``replicate`` other workers'
   parts (``dist/node_local.py``); each worker's local manager keeps its own state
-  file and retention.
-- **Persist.** When due (rank 0 decides, for all), each worker uploads the files
-  it wrote itself from its local directory to the durable checkpoint directory,
+  file and retention. ``blocking=False``: the local manager runs all of that after
+  staging, in its background thread, on a background communicator.
+- **Persist.** When due (rank 0 decides, for all), each worker uploads (once its
+  local save committed) the files it wrote itself from its local directory to the durable checkpoint directory,
   in a background thread, verifying every chunk, under the same names. No
   collective runs in the background, and the upload pauses while a save runs:
   the next save (or ``wait_until_finished``,
@@ -40,6 +41,7 @@ from ..errors import CheckpointError, add_note
 from .tiers import Tiers
 
 PERSIST_WINDOW = 16 << 20  # the upload checks for a save to yield to this often
+SKIPPED = "skipped"  # an upload's status when its local save failed
 
 if TYPE_CHECKING:
     from .manager import CheckpointManager
@@ -74,27 +76,33 @@ class NodeTiers(Tiers):
 
     def start(self, url: str) -> None:
         """Pins the local checkpoint ``url`` and uploads this worker's files of it in
-        the background; ``settle`` commits it once every worker's upload is done."""
+        the background, once its local save (async or not) committed; ``settle`` commits
+        it once every worker's upload is done."""
         self.join()
         name = url.rstrip("/").rsplit("/", 1)[-1]
-        entry = next(e for e in self.local._state.active + self.local._state.preserved
-                     if e.name == name)
         self._since = 0
         self._last_start = self._clock()
         self.local._pinned.add(name)
-        self._inflight = (name, entry.step, entry.metrics)
+        self._inflight = (name, parse_step(name, self.local._name) or 0, None)
         self._upload_error = None
         rank = self.comm.rank
 
         def run() -> None:
+            self.local._async.join()  # an async local save: its error stays there
+            entry = next((e for e in self.local._state.active + self.local._state.preserved
+                          if e.name == name), None)
+            if entry is None:  # the local save failed (on every worker): nothing to persist
+                self._upload_error = SKIPPED
+                return
+            self._inflight = (name, entry.step, entry.metrics)
             try:
                 ck = open_checkpoint(self.local._url(name), self.local._storage_options)
                 dstore = self.durable._store
                 dpath = dstore.join(self.durable._dir, name)
                 dstore.makedirs(dpath)
-                for f, entry in enumerate(ck.manifest.files):
-                    if node_local.writer_rank(entry.name) == rank:
-                        copy_file(ck, f, dstore, dstore.join(dpath, entry.name),
+                for f, file in enumerate(ck.manifest.files):
+                    if node_local.writer_rank(file.name) == rank:
+                        copy_file(ck, f, dstore, dstore.join(dpath, file.name),
                                   self.yield_to_saves, window=PERSIST_WINDOW)
             except BaseException as e:  # noqa: BLE001 - reported at the next settle
                 self._upload_error = f"{type(e).__name__}: {e}"
@@ -122,6 +130,10 @@ class NodeTiers(Tiers):
         name, number, metrics = self._inflight
         self._inflight = None
         self.local._pinned.discard(name)
+        if SKIPPED in statuses:  # its local save failed: reported by that save, due again
+            self._since = self._every or 0
+            self._last_start = float("-inf")
+            return
         failed = [f"rank {r}: {s}" for r, s in enumerate(statuses) if s is not None]
         outcome = None
         if self.comm.rank == 0:

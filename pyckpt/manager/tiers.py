@@ -100,9 +100,11 @@ class Tiers:
             self._idle.set()
 
     def yield_to_saves(self, *_: Any) -> None:
-        """Called by the persist between windows: waits while a local save runs
-        (bounded: a save that takes over 10 minutes does not hold the persist)."""
+        """Called by the persist between windows: waits while a local save runs, its
+        background part (``blocking=False``) included (bounded: a save that takes over
+        10 minutes does not hold the persist)."""
         self._idle.wait(timeout=600)
+        self.local._async.join(timeout=600)
 
     def before_save(self) -> None:
         """Called before each save: raises the error of a finished persist."""

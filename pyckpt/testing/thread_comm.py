@@ -24,6 +24,7 @@ class ThreadGroup:
         self.timeout = timeout
         self._cv = threading.Condition()
         self._slots: dict[tuple[int, int], Any] = {}  # (sequence, rank) -> object
+        self._children: dict[int, ThreadGroup] = {}  # background groups, by sequence
 
     def comm(self, rank: int) -> "ThreadComm":
         """A new communicator of this group for ``rank``."""
@@ -92,6 +93,17 @@ class ThreadComm(Communicator):
             self.group._put(seq, root, obj)
             return obj
         return self.group._take(seq, [root], self.rank, "broadcast")[0]
+
+    background_capable = True
+
+    def background(self) -> "ThreadComm":
+        """This rank's communicator in a new group of the same workers (the group made
+        by the first rank to reach this call, found by the others at the same call)."""
+        seq = self._next()
+        with self.group._cv:
+            child = self.group._children.setdefault(
+                seq, ThreadGroup(self.world_size, self.group.timeout))
+        return ThreadComm(child, self.rank)
 
     def exchange(self, sends: dict, recv_sizes: dict) -> dict:
         """``Communicator.exchange`` through the group's mailbox (copies of the arrays)."""

@@ -72,6 +72,20 @@ def _ranks(names):
     return sorted({node_local.writer_rank(n) for n in names if n.startswith("data-")})
 
 
+def _fail_replica_write(monkeypatch, name):
+    """Node 3's first write of replicas of checkpoint ``name`` fails (disk full)."""
+    real = node_local._write_files
+    failures = []
+
+    def failing(store, path, files):
+        if files and "node3" in path and name in path and not failures:
+            failures.append(path)
+            raise OSError(28, "No space left on device")
+        return real(store, path, files)
+
+    monkeypatch.setattr(node_local, "_write_files", failing)
+
+
 def test_each_node_holds_its_part_and_its_predecessors_replica(tmp_path):
     base = str(tmp_path)
     _train(base, 4)
@@ -156,14 +170,7 @@ def test_durable_newer_than_local_wins(tmp_path):
 def test_failed_replica_write_commits_nothing_anywhere(tmp_path, monkeypatch):
     base = str(tmp_path)
     _train(base, 1)
-    real = node_local._write_files
-
-    def failing(store, path, files):
-        if files and "node3" in path and "ckpt-2" in path:
-            raise OSError(28, "No space left on device")
-        return real(store, path, files)
-
-    monkeypatch.setattr(node_local, "_write_files", failing)
+    _fail_replica_write(monkeypatch, "ckpt-2")
 
     def fn(comm):
         ck = _ck(comm.rank)
@@ -232,3 +239,73 @@ def test_replica_count(tmp_path, replicate):
         assert _ranks(_files(base, r, "ckpt-1")) == want
     out = _restore(base, replicate=replicate)  # without replicas the peers send the parts
     assert [o[1:3] for o in out] == [(1.0, 100 * r + 1.0) for r in range(W)]
+
+
+def test_async_saves_return_before_the_replicas_and_commit(tmp_path, monkeypatch):
+    """blocking=False: the values are copied before save returns; writing, the replica
+    exchange and the commit records run in the background, on a communicator of
+    their own, while the job's (here: the next collectives) goes on."""
+    import threading
+
+    base = str(tmp_path)
+    released = {r: threading.Event() for r in range(W)}
+    real = node_local._write_files
+
+    def held(store, path, files):  # the replica write of ckpt-1 waits for the caller
+        if "ckpt-1" in path:
+            rank = int(path.split("node")[1][0])
+            assert released[rank].wait(10), "the save did not return before its replicas"
+        return real(store, path, files)
+
+    monkeypatch.setattr(node_local, "_write_files", held)
+
+    def fn(comm):
+        ck = _ck(comm.rank)
+        with _manager(base, comm, ck, persist_every=2) as m:
+            _set(ck, comm.rank, 1)
+            assert m.save(blocking=False).endswith("ckpt-1")
+            # returned: nothing committed yet; the state may change at once
+            assert not os.path.exists(os.path.join(base, f"node{comm.rank}", "ckpt-1",
+                                                   "pyckpt.index"))
+            _set(ck, comm.rank, -1)
+            comm.barrier()  # a collective of the job while the background part waits
+            released[comm.rank].set()
+            _set(ck, comm.rank, 2)
+            m.save(blocking=False)  # settles ckpt-1 first; ckpt-2 is due to persist
+            _set(ck, comm.rank, -2)
+            m.wait_until_finished()
+            assert m._tiers.local._bg_comm is not None
+            return ([os.path.basename(u) for u in m._tiers.local.checkpoints],
+                    [os.path.basename(u) for u in m._tiers.durable.checkpoints])
+    assert _run(fn) == [(["ckpt-1", "ckpt-2"], ["ckpt-2"])] * W
+    for r in range(W):
+        assert _ranks(_files(base, r, "ckpt-1")) == sorted({r, (r - 1) % W})
+    for r, (got, w, mine, counter) in enumerate(_restore(base)):
+        assert got == os.path.join(base, f"node{r}", "ckpt-2")
+        assert (w, mine, counter) == (2.0, 100 * r + 2.0, 2)  # the values at save time
+    shutil.rmtree(tmp_path / "node1")
+    for r, (got, w, mine, _) in enumerate(_restore(base)):  # node 1's part from node 2
+        assert (got, w, mine) == (os.path.join(base, f"node{r}", "ckpt-2"), 2.0, 100 * r + 2.0)
+
+
+def test_failed_async_save_is_raised_on_every_worker_and_commits_nothing(tmp_path,
+                                                                         monkeypatch):
+    base = str(tmp_path)
+    _fail_replica_write(monkeypatch, "ckpt-1")
+
+    def fn(comm):
+        ck = _ck(comm.rank)
+        with _manager(base, comm, ck) as m:
+            _set(ck, comm.rank, 1)
+            m.save(blocking=False)
+            with pytest.raises(CheckpointError, match="rank 3: OSError.*No space left"):
+                m.save(blocking=False)  # the next call raises it, on every worker
+            assert m._tiers.local._bg_comm is None  # made anew at the next async save
+            _set(ck, comm.rank, 2)
+            m.save(blocking=False)
+            m.wait_until_finished()
+            return [os.path.basename(u) for u in m._tiers.local.checkpoints]
+    assert _run(fn) == [["ckpt-1"]] * W  # the number was given back: the retry is ckpt-1
+    for r in range(W):
+        assert _ranks(_files(base, r, "ckpt-1")) == sorted({r, (r - 1) % W})
+    assert [o[1:3] for o in _restore(base)] == [(2.0, 100 * r + 2.0) for r in range(W)]

@@ -63,3 +63,18 @@ def test_checkpoint_manager_with_4_workers(tmp_path):
     assert pyckpt.latest_checkpoint(path) == os.path.join(path, "ckpt-4")
     reader = pyckpt.load_checkpoint(path)
     assert (reader.get_tensor("table/.ATTRIBUTES/VARIABLE_VALUE") == 4.0).all()
+
+
+@pytest.mark.parametrize("engine", ["torch", "mpi"])
+def test_async_node_local_tiers(engine, tmp_path):
+    """Tiered manager, one local directory per worker, blocking=False: the replica
+    exchange and commit records run on a background communicator (a gloo group of
+    its own; an MPI Dup under MPI_THREAD_MULTIPLE)."""
+    path = str(tmp_path)
+    results, r = launch(engine, 4, "tiers_async", path)
+    assert results == {0: "ok", 1: "ok", 2: "ok", 3: "ok"}, r.stdout + r.stderr[-3000:]
+    # ckpt-2 was persisted (every 2nd save): the durable copy holds every worker's row
+    reader = pyckpt.load_checkpoint(os.path.join(path, "durable", "ckpt-2"))
+    reader.verify()
+    rows = reader.get_tensor("mine/per_worker/.ATTRIBUTES/VARIABLE_VALUE")
+    np.testing.assert_array_equal(rows[:, 0], [100 * r + 2 for r in range(4)])

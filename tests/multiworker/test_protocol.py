@@ -5,7 +5,6 @@ import os
 import time
 
 import numpy as np
-import pytest
 
 import pyckpt
 from pyckpt.testing.thread_comm import ThreadGroup

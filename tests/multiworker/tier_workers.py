@@ -7,6 +7,8 @@ and a PerWorker value of its own), a tiered manager with its local tier in
 BASE/node<rank>, replicate=1 and persist_every=3, restores, trains STEPS steps
 (saving each), closes, and writes a JSON line of what it restored and what it
 saw to $PYCKPT_TEST_RESULTS/<rank>. S3 options come in $PYCKPT_TEST_S3 (JSON).
+With $PYCKPT_TEST_ASYNC=1 it saves with blocking=False and overwrites its values
+right after each save returns (the checkpoint must hold the values at save time).
 """
 
 import datetime
@@ -33,6 +35,7 @@ def main():
                            mine=pyckpt.PerWorker(np.zeros(1000, np.float64)))
     out = {}
     kill_after = float(os.environ.get("PYCKPT_TEST_KILL_AFTER", "0"))
+    blocking = os.environ.get("PYCKPT_TEST_ASYNC") != "1"
     if kill_after and rank == int(os.environ.get("PYCKPT_TEST_KILL_RANK", "1")):
         import signal
         import threading
@@ -55,8 +58,14 @@ def main():
             with torch.no_grad():
                 model.weight.fill_(float(step))
             ck.mine.value[:] = 1000 * rank + step
-            m.save()
+            m.save(blocking=blocking)
+            if not blocking:  # staged: the values may change while it is written
+                with torch.no_grad():
+                    model.weight.fill_(-1.0)
+                ck.mine.value[:] = -1.0
+                ck.step.assign(step)
         m.close()
+        out["background"] = m._tiers.local._bg_comm is not None  # async saves ran
         out["durable"] = [u.rstrip("/").rsplit("/", 1)[-1] for u in m._tiers.durable.checkpoints]
         out["local"] = [u.rstrip("/").rsplit("/", 1)[-1] for u in m._tiers.local.checkpoints]
     except BaseException as e:  # noqa: BLE001 - reported to the test

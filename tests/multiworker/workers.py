@@ -68,8 +68,6 @@ def main():
             if scenario == "die_during" and rank == 2:
                 from pyckpt.engine import writer
 
-                real = writer.write_data
-
                 def dying(*a, **k):
                     os._exit(3)  # killed in the middle of writing its part
 
@@ -77,6 +75,24 @@ def main():
             elif rank == 2:
                 os._exit(3)  # dies before the save
             pyckpt.save(tree_for(rank), path, comm=comm)
+        elif scenario == "tiers_async":  # node-local tiers, async: a background communicator
+            ck = pyckpt.Checkpoint(mine=pyckpt.PerWorker(np.zeros(1000)), step=pyckpt.Variable(0))
+            mgr = pyckpt.CheckpointManager(ck, os.path.join(path, "durable"), comm=comm,
+                                           local_dir=os.path.join(path, f"node{rank}"),
+                                           persist_every=2, replicate=1)
+            for step in range(1, 4):
+                ck.step.assign(step)
+                ck.mine.value[:] = 100 * rank + step
+                mgr.save(blocking=False)
+                ck.mine.value[:] = -1  # staged: changes after save returns are not saved
+            mgr.close()
+            assert mgr._tiers.local._bg_comm is not None, "the saves ran blocking"
+            ck.mine.value[:] = 0
+            with pyckpt.CheckpointManager(ck, os.path.join(path, "durable"), comm=comm,
+                                          local_dir=os.path.join(path, f"node{rank}"),
+                                          replicate=1) as again:
+                assert again.restore_or_initialize().endswith(f"node{rank}/ckpt-3")
+            assert float(ck.mine.value[0]) == 100 * rank + 3 and int(ck.step) == 3
         elif scenario == "manager":
             ck = pyckpt.Checkpoint(table=pyckpt.Variable(np.zeros(1000)), step=pyckpt.Variable(0))
             mgr = pyckpt.CheckpointManager(ck, path, max_to_keep=2, comm=comm)

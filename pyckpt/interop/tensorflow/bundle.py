@@ -37,7 +37,7 @@ from ...format.source import CheckpointSource
 from ...sharded import ShardedArray
 from ...storage import Store
 from ...storage.local import map_file
-from .messages import MAX_DIMS, BUNDLE_VERSION, decode_entry, decode_header, decode_object_graph
+from .messages import BUNDLE_VERSION, decode_entry, decode_header, decode_object_graph
 from .object_graph import OBJECT_GRAPH_KEY, to_pyckpt_graph
 from .strings import check_variants, decode_strings
 from .table import read_table
