@@ -221,7 +221,8 @@ def plan_save(comm: Communicator, store: Store, path: str,
             try:  # the attempt's marker, ended by rank 0 in step 6
                 attempts.begin(store, path, gp.attempt)
             except Exception as e:  # noqa: BLE001 - refuses the save on every worker
-                gp = dataclasses.replace(gp, error=f"cannot start the save: {type(e).__name__}: {e}")
+                gp = dataclasses.replace(gp, error=f"cannot start the save: "
+                                                   f"{type(e).__name__}: {e}")
     gp = comm.broadcast(gp)
     assert gp is not None
     if gp.error:

@@ -8,8 +8,9 @@ tier is shared.
   file and retention. ``blocking=False``: the local manager runs all of that after
   staging, in its background thread, on a background communicator.
 - **Persist.** When due (rank 0 decides, for all), each worker uploads (once its
-  local save committed) the files it wrote itself from its local directory to the durable checkpoint directory,
-  in a background thread, verifying every chunk, under the same names. No
+  local save committed) the files it wrote itself from its local directory to the
+  durable checkpoint directory, in a background thread, verifying every chunk,
+  under the same names. No
   collective runs in the background, and the upload pauses while a save runs:
   the next save (or ``wait_until_finished``,
   ``close``) all-gathers the workers' upload status; once every upload is done
