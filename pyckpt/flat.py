@@ -6,14 +6,17 @@ from __future__ import annotations
 import fnmatch
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+import numpy as np
+
 from . import progress as _progress
 from . import saving
 from .errors import CheckpointKeyError, CorruptCheckpointError
 from .format.source import CheckpointSource
 from .load_into import load_into
-from .registry import empty_on, target_view
+from .registry import empty_on, from_host, target_view
 from .sources import open_source
-from .tree import flatten, nest_flat, rebuild_leaf, skeleton_leaves, unflatten, validate_key
+from .tree import (flatten, is_array_kind, nest_flat, rebuild_leaf, skeleton_leaves, unflatten,
+                   validate_key)
 
 if TYPE_CHECKING:  # for signatures only
     from .dist.comm import Communicator
@@ -109,7 +112,7 @@ def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
          mmap: bool = False, storage_options: dict | None = None, comm: Communicator | None = None,
          progress: Callable[[int, int], Any] | None = None, strict: bool = False,
-         device: Any = None) -> Any:
+         device: Any = None, as_numpy: bool = False) -> Any:
     """Loads a checkpoint (see docs/API.md, "load", for every mode).
 
     ``path`` is anything ``open_source`` opens: a pyckpt checkpoint (a directory
@@ -125,7 +128,14 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
     checkpoint always raise.
     ``device`` (without ``into``): arrays come back as tensors of the framework
     that owns that device name (torch: ``"cuda:0"``, ``"cpu"``), read through
-    pinned bounce buffers straight into device memory."""
+    pinned bounce buffers straight into device memory.
+
+    Without ``into``, each array comes back as the framework's array it was saved
+    from: torch tensors for tensors (on the CPU, or on ``device``), ``jax.Array``
+    for JAX arrays, numpy arrays for numpy arrays, and Python values for Python
+    values. A framework that is not installed gives numpy arrays instead, as do
+    ``as_numpy=True`` and ``mmap=True`` (file-backed, read-only arrays), and
+    checkpoints written before pyckpt recorded frameworks (0.x, issue 22)."""
     if mmap and into is not None:
         raise ValueError("mmap=True cannot be combined with into=: mmap returns new read-only "
                          "arrays backed by the file, into= fills existing arrays")
@@ -141,7 +151,7 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
     with _progress.reporting(progress, total):
         if into is not None:
             return load_into(src, into, mapping, strict=strict, comm=comm)
-        return _load_new(src, select, key_map, mapping, mmap, device)
+        return _load_new(src, select, key_map, mapping, mmap, device, as_numpy or mmap)
 
 
 def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[str], dict], list]:
@@ -152,10 +162,11 @@ def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[st
         if device is None:
             return src.read_new(idx, mmap)
         out: list = [None] * len(keys)
-        scalar = [p for p, k in enumerate(keys) if kinds.get(k, "ndarray") != "ndarray"]
+        array = [is_array_kind(kinds.get(k, "ndarray")) for k in keys]
+        scalar = [p for p, a in enumerate(array) if not a]
         for p, v in zip(scalar, src.read_new([idx[p] for p in scalar])):
             out[p] = v
-        arrays = [p for p, k in enumerate(keys) if kinds.get(k, "ndarray") == "ndarray"]
+        arrays = [p for p, a in enumerate(array) if a]
         dsts, after = [], []
         for p in arrays:
             out[p] = empty_on(device, src.shape(idx[p]), src.dtype(idx[p]))
@@ -195,21 +206,34 @@ def _prune(skeleton: Any, wanted: set[str]) -> Any:
     return None
 
 
+def _leaf_maker(as_numpy: bool) -> Callable[[str, Any], Any]:
+    """leaf(kind, value) -> the loaded leaf: scalars rebuilt, a host array saved from a
+    framework handed to that framework (``registry.from_host``, taking the fresh
+    array over), unless ``as_numpy``; arrays already placed on a device kept."""
+    def leaf(kind: str, value: Any) -> Any:
+        if not is_array_kind(kind):
+            return rebuild_leaf(kind, value)
+        if kind == "ndarray" or as_numpy or not isinstance(value, np.ndarray):
+            return value
+        return from_host(kind, value)
+    return leaf
+
+
 def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[str, str],
-              mmap: bool, device: Any = None) -> Any:
+              mmap: bool, device: Any = None, as_numpy: bool = False) -> Any:
     tree = src.tree
     kinds = skeleton_leaves(tree) if tree is not None else {}
     reads = _reader(src, mmap, device)
+    leaf = _leaf_maker(as_numpy)
     if key_map is None and tree is not None:
         skeleton = tree if select is None else _prune(tree, set(mapping))
         keys = [k for k in skeleton_leaves(skeleton)] if skeleton is not None else []
         values = dict(zip(keys, reads(keys, kinds)))
         try:
-            return unflatten(skeleton, values) if skeleton is not None else {}
+            return unflatten(skeleton, values, leaf) if skeleton is not None else {}
         except (KeyError, ValueError, TypeError) as e:
             raise CorruptCheckpointError(f"checkpoint {src.url}: malformed tree: {e}") from None
     keys = list(mapping)
     arrays = reads(keys, kinds)
-    flat = {mapping[k]: v if kinds.get(k, "ndarray") == "ndarray" else rebuild_leaf(kinds[k], v)
-            for k, v in zip(keys, arrays)}
+    flat = {mapping[k]: leaf(kinds.get(k, "ndarray"), v) for k, v in zip(keys, arrays)}
     return nest_flat(flat)

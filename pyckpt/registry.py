@@ -16,9 +16,11 @@ with up to three hooks, each returning None for objects that are not theirs:
 - ``empty(device, shape, dtype) -> obj``: a new, uninitialised array of the
   framework on ``device`` (a string such as ``"cuda:0"``), or None when the
   device name is not the framework's (``load(path, device=...)``);
-- ``from_host(array) -> obj``: the framework's host array holding a copy of a
-  loaded numpy array, for values rebuilt rather than filled in place (the
-  tensors of a ``state_dict()``, docs/API.md section 11).
+- ``from_host(array) -> obj``: the framework's host array holding a loaded
+  numpy array's values, for values rebuilt rather than filled in place (the
+  tensors of a ``state_dict()``, docs/API.md section 11; ``load`` of a leaf saved
+  from that framework). Callers hand over arrays nobody else holds, so the hook
+  may take over the array's memory instead of copying it.
 
 Example::
 

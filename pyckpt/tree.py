@@ -14,16 +14,17 @@ from __future__ import annotations
 import base64
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .device.array import DeviceArray
-from .registry import from_host, leaf_array
+from .registry import from_host, leaf_adapter
 from .sharded import ShardedArray
 from .variables import Variable
 
-__all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat", "skeleton_leaves", "rebuild_leaf", "Leaf"]
+__all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
+           "skeleton_leaves", "static_values", "rebuild_leaf", "is_array_kind", "SCALAR_KINDS", "Leaf"]
 
 _MAX_DEPTH = 512
 
@@ -95,7 +96,7 @@ class Leaf:
     def __init__(self, key: str, array: np.ndarray | DeviceArray, kind: str, obj: Any) -> None:
         self.key = key
         self.array = array
-        self.kind = kind  # "ndarray", "int", "float", "bool", "complex", "numpy_scalar"
+        self.kind = kind  # "ndarray", a SCALAR_KINDS entry, or an adapter's name ("torch")
         self.obj = obj    # the original leaf object
 
 
@@ -122,8 +123,8 @@ def as_array_leaf(obj: Any) -> tuple[np.ndarray | DeviceArray, str] | None:
         return np.asarray(obj), "numpy_scalar"
     if isinstance(obj, ShardedArray):  # one worker's block; saved through the sharded path
         return obj.local, "ndarray"
-    arr = leaf_array(obj)  # torch, JAX, user types (pyckpt.registry)
-    return None if arr is None else (arr, "ndarray")
+    found = leaf_adapter(obj)  # torch, JAX, user types (pyckpt.registry)
+    return None if found is None else (found[1], found[0])  # kind: the adapter's name
 
 
 def _static(obj: Any) -> dict | None:
@@ -225,6 +226,16 @@ def not_a_tree_error(obj: Any, caller: str) -> TypeError:
                      "numbers, str, bytes or None, inside a dict, list or tuple")
 
 
+def _not_a_leaf_error(obj: Any, key: str) -> TypeError:
+    """The error for a value inside a tree that is no leaf pyckpt can save, with the
+    same hint as for such a root (``not_a_tree_error``) where one fits."""
+    head = f"cannot save {describe_value(obj)} at {key!r}"
+    if callable(getattr(obj, "state_dict", None)):
+        return TypeError(f"{head}: save its state, e.g. {{{key.rsplit('/', 1)[-1]!r}: "
+                         "obj.state_dict()}, or track it in a pyckpt.Checkpoint")
+    return TypeError(f"{head}: leaves must be arrays, Variables, numbers, str, bytes or None")
+
+
 def flatten(tree: Any, prefix: str = "", *, caller: str = "pyckpt.save") -> tuple[list[Leaf], Any]:
     """Returns the leaves (in tree order) and the JSON skeleton of ``tree``. Without a
     ``prefix`` the root must be a dict, list or tuple: anything else raises TypeError
@@ -255,15 +266,23 @@ def flatten(tree: Any, prefix: str = "", *, caller: str = "pyckpt.save") -> tupl
         static = _static(node)
         if static is not None:
             return static
-        raise TypeError(f"cannot save a {type(node).__module__}.{type(node).__qualname__} "
-                        f"at {key or '<root>'!r}: leaves must be arrays, Variables, numbers, "
-                        "str, bytes or None")
+        raise _not_a_leaf_error(node, key or "<root>")
 
     skeleton = walk(tree, prefix or None, 0)
     return leaves, skeleton
 
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}
+
+#: Leaf kinds stored as 0-d arrays and rebuilt as Python or numpy scalars; every other
+#: kind ("ndarray", or the name of the framework a tensor came from) is an array.
+SCALAR_KINDS = frozenset(_SCALARS) | {"numpy_scalar"}
+
+
+def is_array_kind(kind: str) -> bool:
+    """Whether a leaf of ``kind`` is an array (an ndarray or a framework's tensor),
+    not a scalar."""
+    return kind not in SCALAR_KINDS
 
 
 def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
@@ -287,8 +306,12 @@ def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
 _rebuild_leaf = rebuild_leaf
 
 
-def unflatten(skeleton: Any, values: dict[str, np.ndarray]) -> Any:
-    """Rebuilds the saved structure from its skeleton and the loaded arrays."""
+def unflatten(skeleton: Any, values: dict[str, Any],
+              rebuild: Callable[[str, Any], Any] | None = None) -> Any:
+    """Rebuilds the saved structure from its skeleton and the loaded arrays;
+    ``rebuild(kind, value)`` makes the leaf of a ``{"s": key, "as": kind}`` node
+    (default: ``rebuild_leaf``)."""
+    rebuild = rebuild or rebuild_leaf
 
     def build(node: Any, depth: int) -> Any:
         if depth > _MAX_DEPTH:
@@ -304,7 +327,7 @@ def unflatten(skeleton: Any, values: dict[str, np.ndarray]) -> Any:
         if "u" in node:
             return tuple(build(v, depth + 1) for v in node["u"])
         if "s" in node:
-            return rebuild_leaf(node["as"], values[node["s"]])
+            return rebuild(node["as"], values[node["s"]])
         if "v" in node:
             return node["v"]
         if "b" in node:
@@ -333,6 +356,28 @@ def skeleton_leaves(skeleton: Any) -> dict[str, str]:
                 walk(item[1], depth + 1)
 
     walk(skeleton, 0)
+    return out
+
+
+def static_values(skeleton: Any) -> dict[str, Any]:
+    """key -> value of every leaf a skeleton keeps itself (str, None, bytes), keyed by
+    its ``/``-joined path as ``flatten`` joins it."""
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, key: str | None, depth: int) -> None:
+        if depth > _MAX_DEPTH or not isinstance(node, dict):
+            return
+        if "v" in node and key is not None:
+            out[key] = node["v"]
+        elif "b" in node and key is not None:
+            out[key] = base64.b64decode(node["b"])
+        for tag in ("l", "u"):
+            for i, v in enumerate(node.get(tag, ())):
+                walk(v, _join(key, i), depth + 1)
+        for item in node.get("d", ()):
+            walk(item[1], _join(key, item[0]), depth + 1)
+
+    walk(skeleton, None, 0)
     return out
 
 

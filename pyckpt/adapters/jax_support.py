@@ -22,7 +22,8 @@ from ..device.array import DeviceArray
 from .jax_device import device_array, on_accelerator
 from ..saving import PendingSave
 from ..sources import open_source
-from ..tree import not_a_tree_error, skeleton_leaves
+from ..errors import CheckpointKeyError
+from ..tree import not_a_tree_error, skeleton_leaves, static_values
 
 # Python scalar leaves: restored as Python scalars, of the kind they were saved as
 _PY_SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool, "complex": complex}
@@ -62,13 +63,50 @@ def flatten(tree: Any) -> tuple[dict[str, Any], Any]:
     return flat, treedef
 
 
+def _nested(tree: Any) -> Any:
+    """The pytree as plain containers: each custom node (a named tuple, a flax struct)
+    a dict of its fields, sequences lists; the leaves' keys stay their pytree paths,
+    and ``pyckpt.load`` gives the nesting back."""
+    import jax  # optional dependency
+
+    pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
+    root: dict = {}
+    seqs: set[int] = set()  # ids of the dicts that stand for sequences
+    for path, leaf in pairs:
+        node = root
+        for i, entry in enumerate(path):
+            key: Any = entry.idx if isinstance(entry, jax.tree_util.SequenceKey) else _key(entry)
+            if isinstance(key, int):
+                seqs.add(id(node))
+            if i == len(path) - 1:
+                if key in node:
+                    raise ValueError(f"two pytree leaves map to the same key at {key!r}")
+                node[key] = leaf
+            else:
+                node = node.setdefault(key, {})
+                if not isinstance(node, dict):
+                    raise ValueError(f"two pytree leaves map to the same key at {key!r}")
+
+    def plain(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = {k: plain(v) for k, v in node.items()}
+        if id(node) in seqs and list(out) == list(range(len(out))):
+            return list(out.values())
+        return {str(k): v for k, v in out.items()}
+
+    return plain(root)
+
+
 def save(tree: Any, path: Any, **kwargs: Any) -> str:
-    """Saves any pytree (custom nodes included) as a flat checkpoint of its paths; returns
-    the path once committed (a ``blocking=False`` save is waited for here)."""
+    """Saves any pytree (custom nodes included) under its paths' keys; returns the path
+    once committed (a ``blocking=False`` save is waited for here). ``pyckpt.load``
+    gives it back as nested dicts and lists (custom nodes as dicts of their fields);
+    ``restore`` rebuilds the pytree of a target."""
     flat, treedef = flatten(tree)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:  # the pytree is a single leaf
         raise not_a_tree_error(tree, "pyckpt.adapters.jax_support.save")
-    out = flat_api.save(flat, path, **kwargs)
+    out = flat_api.save(_nested(tree), path, **kwargs)
     return out.wait() if isinstance(out, PendingSave) else out
 
 
@@ -85,6 +123,26 @@ def _saved_kinds(src: CheckpointSource, select: Any, key_map: Any) -> dict[str, 
     return {t: kinds.get(c, "ndarray") for c, t in flat_api.map_keys(keys, key_map).items()}
 
 
+def _is_text(v: Any) -> bool:
+    return isinstance(v, (str, bytes))
+
+
+def _saved_texts(src: CheckpointSource, key_map: Any, wanted: list[str]) -> dict[str, Any]:
+    """target key -> the str / bytes value the checkpoint's tree skeleton keeps for each
+    of ``wanted``; CheckpointKeyError naming those it lacks."""
+    if not wanted:
+        return {}
+    stored = static_values(src.tree) if src.tree is not None else {}
+    found = {t: stored[c] for c, t in flat_api.map_keys(list(stored), key_map).items()}
+    missing = [k for k in wanted if k not in found]
+    if missing:
+        raise CheckpointKeyError(
+            f"{len(missing)} text leaf(s) of the target are not in checkpoint {src.url}: "
+            + ", ".join(map(repr, missing))
+            + (" (it holds arrays there, not text)" if set(missing) & set(src.keys) else ""))
+    return found
+
+
 def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     """A new pytree like ``target`` with every leaf read from ``path`` and placed like
     the target's (shape and dtype must match). A target leaf that is a Python scalar
@@ -96,8 +154,11 @@ def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     flat, treedef = flatten(target)
     src = open_source(path, kwargs.get("storage_options"))
     saved = _saved_kinds(src, kwargs.get("select"), kwargs.get("key_map"))
+    texts = _saved_texts(src, kwargs.get("key_map"), [k for k, v in flat.items() if _is_text(v)])
     holders: dict[str, Any] = {}
     for k, v in flat.items():
+        if _is_text(v):  # str / bytes leaves: kept in the tree skeleton, not read
+            continue
         if type(v) in _PY_SCALARS.values():  # replaced in `holders` by a scalar of that kind
             holders[k] = _PY_SCALARS[saved[k]](0) if saved.get(k) in _PY_SCALARS else v
         else:
@@ -105,6 +166,9 @@ def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     flat_api.load(src, into=holders, **kwargs)
     leaves = []
     for k, v in flat.items():
+        if k in texts:
+            leaves.append(texts[k])
+            continue
         arr = holders[k]
         if isinstance(v, jax.Array):
             leaves.append(jax.device_put(arr, v.sharding))
@@ -115,9 +179,12 @@ def restore(path: Any, target: Any, **kwargs: Any) -> Any:
 
 def from_host(arr: np.ndarray) -> Any:
     """The ``from_host`` hook: a ``jax.Array`` (on the default device) holding a copy of
-    ``arr``, for JAX arrays restored by replacement (a raw PRNG key in a dict...)."""
-    import jax.numpy as jnp  # optional dependency: the checkpoint holds a JAX array
-
+    ``arr``, for JAX arrays restored by replacement (a raw PRNG key in a dict...) and
+    for ``load`` of leaves saved from JAX; ``arr`` itself without JAX installed."""
+    try:
+        import jax.numpy as jnp  # optional dependency: the checkpoint holds a JAX array
+    except ImportError:
+        return arr
     return jnp.array(arr)
 
 

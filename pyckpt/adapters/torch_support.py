@@ -167,22 +167,31 @@ class OptimizerNode(StateNode):
         self.optimizer.load_state_dict(sd)
 
 
-def _tensor(torch: Any, v: np.ndarray) -> Any:
-    """A CPU tensor holding a copy of a loaded array (bfloat16 and float8 kept)."""
+def _tensor(torch: Any, v: np.ndarray, copy: bool = True) -> Any:
+    """A CPU tensor holding a loaded array (bfloat16 and float8 kept): a copy, or with
+    ``copy=False`` the array's own memory where torch can take it (writable, native
+    byte order; a 0-d or non-contiguous array is copied)."""
+    shared = (not copy and v.flags.writeable and v.flags.c_contiguous
+              and v.dtype.byteorder in "=|")
     name = v.dtype.name
     if name == "bfloat16":
-        return torch.from_numpy(v.view(np.int16).copy()).view(torch.bfloat16)
+        raw = v.view(np.int16)
+        return torch.from_numpy(raw if shared else raw.copy()).view(torch.bfloat16)
     if name in ("float8_e4m3fn", "float8_e5m2"):
-        return torch.from_numpy(v.view(np.uint8).copy()).view(getattr(torch, name))
-    return torch.from_numpy(np.array(v))
+        raw = v.view(np.uint8)
+        return torch.from_numpy(raw if shared else raw.copy()).view(getattr(torch, name))
+    return torch.from_numpy(v if shared else np.array(v, dtype=v.dtype.newbyteorder("=")))
 
 
 def from_host(arr: np.ndarray) -> Any:
-    """The ``from_host`` hook: a CPU tensor holding a copy of ``arr`` (the tensors of
-    a restored state dict)."""
-    import torch  # optional dependency
-
-    return _tensor(torch, arr)
+    """The ``from_host`` hook: a CPU tensor holding ``arr``'s values. Callers hand over
+    arrays nobody else holds (a load's fresh arrays), so the tensor takes over the
+    array's memory where it can (no copy). Without torch installed: ``arr`` itself."""
+    try:
+        import torch  # optional dependency: the value was saved from torch
+    except ImportError:
+        return arr
+    return _tensor(torch, arr, copy=False)
 
 
 def _pythonic(template: Any, v: Any) -> Any:

@@ -13,6 +13,7 @@ stale_uploads.py (open multipart uploads of failed writes)."""
 from __future__ import annotations
 
 import datetime
+import errno
 import functools
 import logging
 import sys
@@ -20,10 +21,12 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
+from ..errors import CheckpointIOError
 from .base import ByteRange, FetchPolicy, LeftoverUploads, NewFile, Store
+from .diagnose import explain
 from .downloads import Downloader
 from .options import RemoteOptions
-from .registry import check_protocol
+from .registry import check_protocol, unknown_protocol
 from .remote_client import RemoteClient
 from .retry import call_async, call_sync
 from .stale_uploads import StaleUploads
@@ -92,7 +95,17 @@ class FsspecStore(Store):
 
         opts, fs_options = RemoteOptions.split(storage_options)
         check_protocol(url)
-        fs, path = fsspec.core.url_to_fs(url, **fs_options)
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **fs_options)
+        except ValueError as e:
+            if "protocol not known" not in str(e).lower():
+                raise
+            raise unknown_protocol(url) from e
+        except Exception as e:  # noqa: BLE001 - a client that looks for credentials at once (gcsfs)
+            problem = explain(e, url=url)
+            if problem is None:
+                raise
+            raise CheckpointIOError(errno.EACCES, f"opening {url}: {problem}") from e
         key = (type(fs), _freeze(fs_options), url.split("://", 1)[0], opts.key(), id(fs))
         with _CACHE_LOCK:
             store = _CACHE.get(key)

@@ -8,7 +8,10 @@ the usual way (fsspec's own registry or entry points).
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+
+from ..errors import CheckpointIOError
 
 # protocol -> (module that implements it, pip requirement)
 KNOWN = {
@@ -31,3 +34,24 @@ def check_protocol(url: str) -> None:
             if importlib.util.find_spec(module) is None:
                 raise ImportError(f"{proto}:// paths need the {module} package: "
                                   f"pip install {requirement}")
+
+
+def unknown_protocol(url: str) -> CheckpointIOError:
+    """The error for a URL whose scheme no installed fsspec implementation serves."""
+    proto = url.split("://", 1)[0]
+    return CheckpointIOError(
+        errno.EPROTONOSUPPORT,
+        f"no storage serves {proto}:// URLs ({url}): fsspec knows no protocol {proto!r}. "
+        "Check the URL (local paths need no scheme; file://, memory://, s3://, gs:// are "
+        f"common), or install and import the fsspec implementation of {proto}://")
+
+
+def import_client(url: str) -> None:
+    """Imports the fsspec implementation that serves ``url`` (its modules only: no
+    filesystem is made, no credentials are looked for); nothing for an unknown one."""
+    import fsspec  # optional at import time: loaded with the first URL
+
+    try:
+        fsspec.get_filesystem_class(url.split("://", 1)[0])
+    except (ImportError, ValueError):
+        pass  # resolve() reports it

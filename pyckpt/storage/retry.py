@@ -33,11 +33,13 @@ import asyncio
 import contextvars
 import errno
 import random
+import re
 import threading
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
 from ..errors import CheckpointIOError
+from .diagnose import explain
 from .options import RemoteOptions
 
 T = TypeVar("T")
@@ -200,6 +202,23 @@ def _give_up(what: str, attempts: int, exc: BaseException, op: Operation) -> Che
     return err
 
 
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
+
+
+def _final(what: str, exc: Exception) -> Exception:
+    """What a request's non-transient failure raises: a ``CheckpointIOError`` naming the
+    request, the cause and the fix when the store refused for a known reason (missing
+    or rejected credentials, access denied: ``diagnose.explain``); else ``exc`` itself
+    (a missing object's FileNotFoundError, which the store's callers act on)."""
+    if isinstance(exc, CheckpointIOError):
+        return exc
+    m = _URL.search(what)
+    problem = explain(exc, url=m.group(0).rstrip(":,;)") if m else None)
+    if problem is None:
+        return exc
+    return CheckpointIOError(errno.EACCES, f"{what}: {problem}")
+
+
 def _limits(op: Operation, stall: float) -> tuple[float, float]:
     """(stall limit, total limit) of the next attempt: never past the operation's deadline."""
     o = op.opts
@@ -254,7 +273,7 @@ async def call_async(what: str, op: Operation, fn: Callable[[Attempt], Awaitable
             result = await watch(fn(att), att, s, hard)
         except Exception as e:  # noqa: BLE001 - classified below
             if not is_transient(e):
-                raise
+                raise _final(what, e) from e
             idle = time.monotonic() - op.last
             if n >= attempts or idle >= o.deadline:
                 raise op.give_up(what, n, e) from e
@@ -276,7 +295,7 @@ def call_sync(what: str, op: Operation, fn: Callable[[], T]) -> T:
             result = fn()
         except Exception as e:  # noqa: BLE001
             if not is_transient(e):
-                raise
+                raise _final(what, e) from e
             idle = time.monotonic() - op.last
             if n >= attempts or idle >= o.deadline:
                 raise op.give_up(what, n, e) from e

@@ -25,9 +25,12 @@ def test_state_dict_round_trip_in_place(tmp_path):
     assert pyckpt.load(tmp_path / "sd", into=target) is target
     for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(va, vb), k
-    plain = pyckpt.load(tmp_path / "sd")
-    assert isinstance(plain["0.weight"], np.ndarray)
-    assert torch.equal(to_torch(plain)["0.weight"], a.state_dict()["0.weight"])
+    plain = pyckpt.load(tmp_path / "sd")  # tensors saved from torch come back as tensors
+    assert isinstance(plain["0.weight"], torch.Tensor)
+    assert torch.equal(plain["0.weight"], a.state_dict()["0.weight"])
+    as_np = pyckpt.load(tmp_path / "sd", as_numpy=True)
+    assert isinstance(as_np["0.weight"], np.ndarray)
+    assert torch.equal(to_torch(as_np)["0.weight"], a.state_dict()["0.weight"])
 
 
 def test_bfloat16_and_strided_tensors(tmp_path):

@@ -92,5 +92,5 @@ def test_trees_are_unchanged(tmp_path):
     for tree in ({"x": 5}, [np.ones(2), "s", None], ({"a": b"x"},), {}):
         pyckpt.save(tree, tmp_path / "ok")
         assert type(pyckpt.load(tmp_path / "ok")) is type(tree)
-    with pytest.raises(TypeError, match=r"cannot save a builtins\.object at 'k'"):
+    with pytest.raises(TypeError, match=r"cannot save an object at 'k'"):
         pyckpt.save({"k": object()}, tmp_path / "bad")
