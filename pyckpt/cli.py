@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+import warnings
+from typing import Any, Iterator
 
 from ._version import __version__
 from . import demo
@@ -60,6 +63,20 @@ def _quiet_clients(debug: bool) -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """pyckpt's warnings (values a conversion leaves out, a skipped checkpoint...) as
+    ``pyckpt: warning: ...`` lines on stderr, each shown once."""
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:
+        print(f"pyckpt: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the ``pyckpt`` command line on ``argv`` (default ``sys.argv[1:]``); returns
     the exit status. A failure is printed to stderr as one line (status 1): for a
@@ -68,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_clients(args.debug)
     try:
-        return int(args.fn(args))
+        with _warnings_as_lines():
+            return int(args.fn(args))
     except BrokenPipeError:  # `pyckpt inspect ... | head`
         return 0
     except KeyboardInterrupt:

@@ -61,18 +61,21 @@ def _is_pattern(s: str) -> bool:
 
 
 def select_keys(keys: list[str], select: Any) -> list[str]:
-    """Keys matching ``select``: exact keys, subtree prefixes or glob patterns."""
+    """Keys matching ``select``: exact keys (an exact match wins over reading an entry
+    as a pattern, so a key with ``*``, ``?`` or ``[`` in it can be picked by name),
+    subtree prefixes or glob patterns."""
     if isinstance(select, str):
         select = [select]
     wanted: set[str] = set()
     missing = []
+    exact = set(keys)
     for s in select:
         if not isinstance(s, str):
             raise TypeError(f"select entries must be strings, got {s!r}")
-        if _is_pattern(s):
-            hits = [k for k in keys if fnmatch.fnmatchcase(k, s)]
-        elif s in keys:
+        if s in exact:  # an exact key wins, glob characters in it or not
             hits = [s]
+        elif _is_pattern(s):
+            hits = [k for k in keys if fnmatch.fnmatchcase(k, s)]
         else:
             prefix = s.rstrip("/") + "/"
             hits = [k for k in keys if k.startswith(prefix)]

@@ -90,6 +90,22 @@ def collect_targets(into: Any) -> list[Target]:
     return out
 
 
+_GRAPH_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _graph_hint(src: CheckpointSource, mapping: dict[str, str]) -> str:
+    """What to call instead when a flat load meets an object-graph checkpoint (keys
+    like ``net/w/.ATTRIBUTES/VARIABLE_VALUE``), else ""."""
+    if not any(k.endswith(_GRAPH_SUFFIX) for k in mapping):
+        return ""
+    example = next(k for k in mapping if k.endswith(_GRAPH_SUFFIX))
+    return (f". It is an object-graph checkpoint (Checkpoint.write/save, or TensorFlow's): "
+            f"its keys are like {example!r}. Restore it with "
+            "pyckpt.Checkpoint(**objects).restore(path) (or .read(path)), or map its keys: "
+            "load(path, into=..., key_map=lambda k: k.removesuffix("
+            f"{_GRAPH_SUFFIX!r}))")
+
+
 def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
               strict: bool = False, comm: Any = None) -> Any:
     """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
@@ -104,7 +120,9 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
     if missing:
         raise CheckpointKeyError(
             f"{len(missing)} key(s) of `into` are not in checkpoint {src.url}: "
-            + ", ".join(map(repr, missing)))
+            + ", ".join(map(repr, missing[:20]))
+            + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+            + _graph_hint(src, mapping))
     if strict:
         have = {t.key for t in targets}
         unused = [k for k, t in mapping.items() if t not in have]

@@ -203,6 +203,17 @@ def report_error(args: argparse.Namespace | None, exc: BaseException, prefix: st
 
 # -- output -----------------------------------------------------------------------------
 
+def printable(text: Any) -> str:
+    """``text`` for one line of a terminal: unchanged when every character prints;
+    else newlines, tabs and other control or unprintable characters are escaped as in
+    Python literals (``\\n``, ``\\x1b``), and backslashes doubled."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join("\\\\" if c == "\\" else c if c.isprintable() else repr(c)[1:-1]
+                   for c in text)
+
+
 def natural_key(text: str) -> tuple:
     """Sort key that orders the numbers inside strings by value: ``w/2`` before ``w/10``."""
     parts = re.split(r"(\d+)", text)

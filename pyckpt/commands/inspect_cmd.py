@@ -13,7 +13,7 @@ from .. import progress as _progress
 from .._dtypes import dtype_name
 from ..checkpoint_reader import load_checkpoint
 from .common import (add_output_options, add_storage_options, emit_json, human, natural_key,
-                     parse_options, progress_bar, reach)
+                     parse_options, printable, progress_bar, reach)
 
 
 def tensor_stats(arr: np.ndarray) -> dict:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             emit_json(stats)
         else:
             for k, v in stats.items():
-                print(f"{k:6s} {v}")
+                print(f"{k:6s} {printable(v) if k == 'key' else v}")
         return 0
     facts = src.describe()
     foreign = facts.get("tf_dtypes", {})  # TensorFlow strings/variants: no numpy dtype name
@@ -92,19 +92,23 @@ def run(args: argparse.Namespace) -> int:
     if info and "attempt" in info:
         print(f"written by  {info.get('library')} {info.get('version')}, attempt "
               f"{info.get('attempt')}, {info.get('world_size', 1)} worker(s)")
-    elif info:
+    elif info and info.get("library"):
         print(f"written by  {info.get('library')}")
+    elif info and info.get("format"):  # a format that does not record its writer
+        print(f"format      {info['format']}"
+              + (f", producer version {info['producer']}" if "producer" in info else ""))
     if src.metadata:
         print(f"metadata    {src.metadata}")
     if graph is not None:
         og = summary["object_graph"]
         print(f"objects     {og['nodes']} nodes, {og['values']} values; root edges: "
-              f"{', '.join(og['root_edges'])}")
+              f"{', '.join(printable(e) for e in og['root_edges'])}")
     print()
-    width = max([len(t["key"]) for t in tensors] + [3])
-    for t in tensors:
+    shown = [printable(t["key"]) for t in tensors]
+    width = max([len(k) for k in shown] + [3])
+    for t, key in zip(tensors, shown):
         extra = f"  ({t['blocks']} blocks)" if t["blocks"] > 1 else ""
-        print(f"{t['key']:{width}s}  {t['dtype']:10s} {str(tuple(t['shape'])):18s} "
+        print(f"{key:{width}s}  {t['dtype']:10s} {str(tuple(t['shape'])):18s} "
               f"{human(t['bytes']):>10s}{extra}")
     return 0
 

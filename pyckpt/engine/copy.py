@@ -11,13 +11,14 @@ and a corrupt source fails the copy before anything is committed.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..format import Manifest
 from ..format.manifest import FileEntry
 from ..storage import resolve
+from ..storage.streamed import write_stream
 from . import naming
 from .read_executor import read_window
 from .reader import open_checkpoint
@@ -63,19 +64,26 @@ def copy_file(ck: Any, f: int, store: Any, dst: str,
               on_bytes: Callable[[int], Any] | None = None, window: int = WINDOW) -> None:
     """Streams data file ``f`` of the open checkpoint ``ck`` to ``dst`` in ``store``,
     checking every chunk on the way, ``window`` bytes at a time (``on_bytes`` is
-    called after each); the file appears whole or not at all."""
+    called after each), through the store's guarded write: on failure the caller
+    deletes ``dst``."""
     m = ck.manifest
     ck.check_files([f])
     src_path = ck.file_path(f)
-    with store.open_write(dst) as out:
-        for begin, end, pieces in _windows(m, f, window):
+    windows = _windows(m, f, window)
+
+    def produce() -> Iterator[Any]:
+        for begin, end, pieces in windows:
             plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
                                   np.array([p[2] for p in pieces]),
                                   np.array([p[3] for p in pieces]))
             data = read_window(ck.store, src_path, begin, end, plan, m.chunk_size, ck.options)
-            out.write(data)
             if on_bytes is not None:
                 on_bytes(len(data))
+            yield data
+
+    # through the store's guarded write (retries, stall limits, bounded cleanup):
+    # no streamed file object of a remote store is ever left open
+    write_stream(store, dst, m.files[f].size, produce)
 
 
 def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,

@@ -24,11 +24,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Iterator
 
 from ..errors import CorruptCheckpointError
 from ..storage import Store
-from ..format import INDEX_NAME
+from ..format import INDEX_NAME, decode_index
 from ..format import tf_state
 
 STATE_NAME = "pyckpt-manager.json"
@@ -274,17 +275,45 @@ def latest(store: Store, directory: str) -> str | None:
     (else the newest committed one it lists); else the committed ``ckpt-<N>``
     with the highest N, else the committed ``<prefix>-<N>`` of any prefix with
     the highest N (``Checkpoint.save`` prefixes). TensorFlow's checkpoints
-    (``<prefix>.index``) count like pyckpt's where there is no manager state."""
+    (``<prefix>.index``) count like pyckpt's where there is no manager state.
+
+    A pyckpt checkpoint whose index cannot be decoded (garbage, truncated) is
+    passed over with a warning naming it and the error, for the next newest
+    of the same rule, as the tiered manager's restore does."""
+    for name in _candidates(store, directory):
+        index = store.join(directory, name, INDEX_NAME)
+        try:
+            decode_index(store.read_bytes(index), store.url(index))
+        except FileNotFoundError:
+            pass  # a TensorFlow prefix (checked by its reader)
+        except CorruptCheckpointError as e:
+            warnings.warn(f"{store.url(store.join(directory, name))} is not used as the latest "
+                          f"checkpoint of {store.url(directory)}: {e}. The next newest "
+                          "committed checkpoint is used instead",
+                          stacklevel=3)
+            continue
+        return store.join(directory, name)
+    return None
+
+
+def _candidates(store: Store, directory: str) -> Iterator[str]:
+    """The committed checkpoints of ``latest``'s rule, newest first (names)."""
     state = read_state(store, directory)
     if state is not None:
-        found = recover_state(store, directory, state.checkpoint_name, tensorflow=True).latest
-        return None if found is None else store.join(directory, found)
-    found = _latest_tensorflow_state(store, directory)
-    if found is None:
-        found = recover_state(store, directory, DEFAULT_NAME, tensorflow=True).latest
-    if found is None:
-        found = _latest_any_prefix(store, directory)
-    return None if found is None else store.join(directory, found)
+        rec = recover_state(store, directory, state.checkpoint_name, tensorflow=True)
+        if rec.active:
+            yield from (e.name for e in reversed(rec.active))
+        yield from (e.name for e in sorted(rec.preserved, key=lambda e: e.time, reverse=True))
+        return
+    tf_names = _tensorflow_state_names(store, directory)
+    if tf_names:
+        yield from tf_names
+        return
+    rec = recover_state(store, directory, DEFAULT_NAME, tensorflow=True)
+    if rec.active:
+        yield from (e.name for e in reversed(rec.active))
+        return
+    yield from _any_prefix_names(store, directory)
 
 
 def step_of(name: str) -> int | None:
@@ -310,25 +339,28 @@ def read_tensorflow_state(store: Store, directory: str) -> tf_state.TFState | No
     return tf_state.parse_state(data, store.url(path))
 
 
-def _latest_tensorflow_state(store: Store, directory: str) -> str | None:
-    """The committed checkpoint TensorFlow's state file names as latest (else the
-    newest committed one it lists), as a name inside directory; None without one."""
+def _tensorflow_state_names(store: Store, directory: str) -> list[str]:
+    """The committed checkpoints TensorFlow's state file names, its latest first, then
+    the others it lists, newest first; empty without one."""
     state = read_tensorflow_state(store, directory)
     if state is None:
-        return None
+        return []
     url = store.url(store.join(directory, tf_state.STATE_NAME))
     listed = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path is not None:
         listed.append(state.model_checkpoint_path)
+    out: list[str] = []
     for path in reversed(listed):
         name = tf_state.checkpoint_name(path, url)
-        if _committed(store, directory, name):
-            return name
-    return None
+        if name not in out and _committed(store, directory, name):
+            out.append(name)
+    return out
 
 
-def _latest_any_prefix(store: Store, directory: str) -> str | None:
-    best: tuple[int, float, str] | None = None
+def _any_prefix_names(store: Store, directory: str) -> list[str]:
+    """Committed ``<prefix>-<N>`` checkpoints of any prefix, highest N (then newest
+    index) first."""
+    found: list[tuple[int, float, str]] = []
     for entry in store.listdir(directory):
         name, index = entry, store.join(directory, entry, INDEX_NAME)
         if entry.endswith(TF_INDEX):
@@ -336,7 +368,6 @@ def _latest_any_prefix(store: Store, directory: str) -> str | None:
         step = step_of(name)
         if step is None or not store.exists(index):
             continue
-        key = (step, store.mtime(index) or 0.0, name)
-        if best is None or key[:2] > best[:2]:
-            best = key
-    return best[2] if best else None
+        found.append((step, store.mtime(index) or 0.0, name))
+    found.sort(key=lambda t: t[:2], reverse=True)
+    return [t[2] for t in found]

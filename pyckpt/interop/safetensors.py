@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any, Callable, Mapping, Sequence
+import warnings
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from ..engine.reader import open_checkpoint
 from ..engine.writer import save_tensors
 from ..errors import CorruptCheckpointError
 from ..format.source import CheckpointSource
+from ..format.values import left_out_warning, text_values
 from ..sharded import ShardedArray
 from ..storage import Store, resolve
+from ..storage.streamed import write_stream
 
 MAX_HEADER = 100 << 20
 
@@ -188,6 +191,9 @@ def from_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     unsupported = [f"{k} ({n})" for k, n in zip(src.keys, names) if n not in _NAMES]
     if unsupported:
         raise TypeError("safetensors cannot hold these tensors: " + ", ".join(unsupported))
+    left_out = left_out_warning(text_values(src.tree, src.graph), "safetensors file")
+    if left_out is not None:
+        warnings.warn(left_out, stacklevel=2)
     header: dict[str, Any] = {}
     md = src.metadata
     meta = md.get("safetensors") if isinstance(md.get("safetensors"), dict) \
@@ -203,15 +209,21 @@ def from_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     body = json.dumps(header, separators=(",", ":")).encode()
     body += b" " * (-len(body) % 8)
     store, p = resolve(dst, dst_options)
-    total, done = pos, 0
-    with store.open_write(p) as f:
-        f.write(struct.pack("<Q", len(body)) + body)
+    head = struct.pack("<Q", len(body)) + body
+
+    def produce() -> Iterator[Any]:
+        yield head
+        done = 0
         for i in range(len(src.keys)):
             (arr,) = src.read_new([i])
-            f.write(np.ascontiguousarray(arr).view(np.uint8).reshape(-1).data)
+            yield np.ascontiguousarray(arr).view(np.uint8).reshape(-1).data
             done += arr.nbytes
             if progress is not None:
-                progress(done, total)
+                progress(done, pos)
+
+    # through the store's guarded write (retries, stall limits, bounded cleanup; a
+    # failed write leaves no object, and a local file is replaced atomically)
+    write_stream(store, p, len(head) + pos, produce)
 
 
 __all__ = ["is_safetensors_path", "detect", "SafetensorsFile", "to_checkpoint",

@@ -70,7 +70,46 @@ def _finish_pending_saves() -> None:  # an async save in flight at exit still co
 
 
 class CheckpointManager:
-    """Keeps the checkpoints of one run in ``directory`` (see the module doc)."""
+    """Keeps the numbered checkpoints ``<directory>/<checkpoint_name>-<N>`` of one
+    training run of a ``pyckpt.Checkpoint`` (docs/API.md sections 3 and 13), like
+    ``tf.train.CheckpointManager``: retention, crash recovery, one writer per
+    directory, background saves, and optionally a fast local tier.
+
+    Arguments:
+
+    - ``checkpoint``: the ``pyckpt.Checkpoint`` to save (TypeError otherwise).
+    - ``directory``: the run directory, a local path or an fsspec URL.
+    - ``max_to_keep``: checkpoints kept by retention (None keeps all; >= 1).
+    - ``keep_checkpoint_every_n_hours``: a checkpoint leaving the kept set is kept
+      forever when at least that long passed since the last one kept so.
+    - ``checkpoint_name``: the name prefix (``ckpt``); a plain name, not a path.
+    - ``step_counter``, ``checkpoint_interval``: with both, ``save()`` skips
+      (returns None) until the counter advanced by the interval since the last save.
+    - ``init_fn``: called by ``restore_or_initialize`` when there is nothing to restore.
+    - ``best_fn``, ``best_mode``: ``best_fn(metrics) -> float`` keeps the best
+      ``max_to_keep`` by that score (``"max"`` or ``"min"``) instead of the newest.
+    - ``storage_options``: fsspec options (endpoint_url, key, secret, token...), and
+      ``{"pyckpt": {...}}`` for pyckpt's own limits (deadline, stall_timeout...).
+    - ``max_async_bytes``: a ``save(blocking=False)`` of more bytes than this is made
+      blocking (no staging copy of the state).
+    - ``lease_seconds``: how long another host's writer lease counts as live without
+      a heartbeat.
+    - ``clock``: the time source (tests of ``keep_checkpoint_every_n_hours``).
+    - ``comm``: the communicator of a multi-worker run (``pyckpt.dist``); by default
+      an initialized torch.distributed group, else one process.
+    - ``local_dir``: a fast local tier in front of ``directory``: every save goes
+      there, some are persisted to ``directory`` in the background.
+    - ``local_max_to_keep``: checkpoints kept in the local tier.
+    - ``persist_every``: persist every N-th save; ``persist_interval_seconds``: at
+      most one persist per that many seconds (neither: every save).
+    - ``replicate``: with several workers and ``local_dir``, each worker's files are
+      also written to the local tiers of the next ``replicate`` workers.
+
+    ``save()`` returns the new checkpoint's path (None when skipped);
+    ``restore_or_initialize()``, ``wait_until_finished()``, ``close()`` (also as a
+    context manager), ``checkpoints``, ``latest_checkpoint`` and ``directory`` are
+    the rest of its surface.
+    """
 
     def __init__(self, checkpoint: Any, directory: Any, max_to_keep: int | None = 5,
                  keep_checkpoint_every_n_hours: float | None = None,

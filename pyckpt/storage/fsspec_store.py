@@ -51,23 +51,6 @@ def _freeze(x: Any) -> Any:
         return id(x)
 
 
-class _DiscardOnError:
-    def __init__(self, f: Any) -> None:
-        self.f = f
-
-    def write(self, data: Any) -> int:
-        return self.f.write(data)
-
-    def __enter__(self) -> "_DiscardOnError":
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is not None and hasattr(self.f, "discard"):
-            self.f.discard()
-        else:
-            self.f.close()
-
-
 class FsspecStore(Store):
     """A store over one fsspec filesystem (one per filesystem and options,
     ``for_url``); no native paths: bulk reads are concurrent ranged requests,
@@ -230,10 +213,12 @@ class FsspecStore(Store):
         self._fresh(path)
 
     def open_write(self, path: str) -> Any:
-        """fsspec's streamed write: on object stores the object appears on close; a
-        failed write is discarded (``discard()``) so no partial object is left."""
-        return _DiscardOnError(self.fs.open(path, "wb", block_size=max(self.opts.part_size,
-                                                                      5 << 20)))
+        """Not offered: an open fsspec file object has no stall limit, no deadline and
+        no bounded cleanup, and one left to a finalizer can hang the interpreter's exit.
+        New objects go through ``write_files`` (``storage.streamed.write_stream`` for
+        sequential producers)."""
+        raise TypeError(f"{self.url(path)}: remote stores take new objects through "
+                        "write_files / storage.streamed.write_stream, not open_write")
 
     def delete(self, paths: Iterable[str]) -> None:
         """Deletes the objects (concurrently on async filesystems, as one operation);

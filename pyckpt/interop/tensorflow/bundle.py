@@ -245,7 +245,9 @@ class TensorFlowCheckpoint(CheckpointSource):
 
     @property
     def info(self) -> dict:
-        return {"library": "tensorflow", "format": "TensorBundle", "producer": self.producer,
+        # no "library": TensorFlow's format does not say which program wrote it
+        # (TensorFlow, or pyckpt's writer), so nothing claims one
+        return {"format": "TensorBundle", "producer": self.producer,
                 "num_shards": self.num_shards}
 
     @property

@@ -16,6 +16,7 @@ from ...engine.reader import open_checkpoint
 from ...engine.writer import save_tensors
 from ...format import INDEX_NAME
 from ...format.source import CheckpointSource
+from ...format.values import left_out_warning, text_values
 from ...storage import Store, resolve
 from ...tree import flatten
 from .. import safetensors
@@ -107,7 +108,8 @@ def save(src: Any, prefix: Any, *, object_graph: bool | None = None, state_file:
     store, p = resolve(os.fspath(prefix) if isinstance(prefix, os.PathLike) else prefix,
                        storage_options)
     if isinstance(src, (dict, list, tuple)):
-        leaves, _ = flatten(src, caller="pyckpt.interop.tensorflow.save")
+        leaves, skeleton = flatten(src, caller="pyckpt.interop.tensorflow.save")
+        texts = text_values(skeleton, None)
         keys = [leaf.key for leaf in leaves]
         arrays = []
         for leaf in leaves:
@@ -123,6 +125,7 @@ def save(src: Any, prefix: Any, *, object_graph: bool | None = None, state_file:
             return [arrays[i] for i in positions]
     else:
         source = open_any(src, src_options)
+        texts = text_values(source.tree, source.graph)
         keep = [i for i in range(len(source.keys)) if source.keys[i] != OBJECT_GRAPH_KEY
                 and _readable(source, i)]
         skipped = [source.keys[i] for i in range(len(source.keys))
@@ -140,6 +143,9 @@ def save(src: Any, prefix: Any, *, object_graph: bool | None = None, state_file:
         def read_values(positions: list[int]) -> list[np.ndarray]:
             return source.read_new([keep[i] for i in positions])
 
+    left_out = left_out_warning(texts, "TensorFlow checkpoint")
+    if left_out is not None:
+        warnings.warn(left_out, stacklevel=2)
     if graph is None and object_graph:
         graph, keys = _trie(keys)
     tensors = [(k, tf_dtype_code(d, k), tuple(s)) for k, d, s in zip(keys, dtypes, shapes)]

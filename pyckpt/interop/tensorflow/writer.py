@@ -13,15 +13,16 @@ state file. A failure at any point leaves no index that names missing bytes.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..._dtypes import dtype_name, little_endian
+from ..._dtypes import dtype_from_name, dtype_name, little_endian
 from ..._native import core as _core
 from ...engine import run
 from ...format import tf_state
 from ...storage import Store
+from ...storage.streamed import write_stream
 from .bundle import DTYPES, STRING, data_file_name
 from .messages import encode_entry, encode_header, encode_object_graph
 from .object_graph import OBJECT_GRAPH_KEY, from_pyckpt_graph
@@ -66,6 +67,17 @@ def _stored(arr: np.ndarray, code: int) -> tuple[Any, int]:
     return raw, _core.crc32c_mask(_core.crc32c(raw.data))
 
 
+def _checked(tensor: tuple[str, int, tuple[int, ...]], arr: np.ndarray) -> np.ndarray:
+    key, _, shape = tensor
+    if tuple(np.shape(arr)) != tuple(shape):
+        raise ValueError(f"tensor {key!r}: shape {np.shape(arr)} != {shape}")
+    return arr
+
+
+def _dtype_of(code: int) -> np.dtype:
+    return np.dtype(dtype_from_name(DTYPES[code]))
+
+
 def write_bundle(store: Store, prefix: str,
                  tensors: Sequence[tuple[str, int, tuple[int, ...]]],
                  read: Callable[[list[int]], Iterable[np.ndarray]],
@@ -90,36 +102,64 @@ def write_bundle(store: Store, prefix: str,
         store.sync_dir(head or ".")
     elif head:
         store.makedirs(head)
-    entries: list[tuple[bytes, bytes]] = []
-    pos = done = 0
-    batches: list[list[int]] = [[]]
-    size = 0
+    # strings first (small: configs, names): their encoded size fixes the file's size
+    strings = [i for i in order if tensors[i][1] == STRING]
+    encoded = {i: _stored(_checked(tensors[i], arr), STRING)
+               for i, arr in zip(strings, read(strings) if strings else [])}
+    layout: dict[int, tuple[int, int]] = {}  # tensor -> (offset, bytes) in the data file
+    pos = 0
     for i in order:
-        n = int(np.prod(tensors[i][2], dtype=np.int64)) if tensors[i][2] else 1
-        if batches[-1] and size + n > BATCH_BYTES:
+        key, code, shape = tensors[i]
+        n = (memoryview(encoded[i][0]).nbytes if code == STRING else
+             int(np.prod(shape, dtype=np.int64)) * np.dtype(_dtype_of(code)).itemsize)
+        pos += -pos % ALIGNMENT if n else 0
+        layout[i] = (pos, n)
+        pos += n
+    size = pos
+    batches: list[list[int]] = [[]]
+    in_batch = 0
+    for i in order:
+        if tensors[i][1] == STRING:
+            continue
+        n = layout[i][1]
+        if batches[-1] and in_batch + n > BATCH_BYTES:
             batches.append([])
-            size = 0
+            in_batch = 0
         batches[-1].append(i)
-        size += n
-    with store.open_write(join(data_name)) as f:
-        for batch in batches:
-            for i, arr in zip(batch, read(batch) if batch else []):
-                key, code, shape = tensors[i]
-                if tuple(np.shape(arr)) != tuple(shape):
-                    raise ValueError(f"tensor {key!r}: shape {np.shape(arr)} != {shape}")
-                raw, crc = _stored(arr, code)
-                n = memoryview(raw).nbytes
-                pad = -pos % ALIGNMENT if n else 0
-                if pad:
-                    f.write(bytes(pad))
-                    pos += pad
-                entries.append((key.encode("utf-8"), encode_entry(code, tuple(shape), 0, pos, n, crc)))
-                if n:
-                    f.write(raw)
-                pos += n
-                done += n
-                if progress is not None:
-                    progress(done, max(total, done))
+        in_batch += n
+    crcs: dict[int, int] = {i: crc for i, (_, crc) in encoded.items()}
+
+    def produce() -> Iterator[Any]:
+        at = done = 0
+        todo = iter(batches)  # numeric tensors, read a batch at a time in key order
+        values: dict[int, np.ndarray] = {}
+        for i in order:
+            code = tensors[i][1]
+            if code == STRING:
+                raw = encoded[i][0]
+            else:
+                if i not in values:
+                    batch = next(todo)
+                    values = dict(zip(batch, read(batch)))
+                raw, crcs[i] = _stored(_checked(tensors[i], values.pop(i)), code)
+            off, n = layout[i]
+            if memoryview(raw).nbytes != n:
+                raise ValueError(f"tensor {tensors[i][0]!r}: {memoryview(raw).nbytes} bytes, "
+                                 f"{n} expected from its shape and dtype")
+            if off > at:
+                yield bytes(off - at)
+            if n:
+                yield raw
+            at = off + n
+            done += n
+            if progress is not None:
+                progress(done, max(total, done))
+
+    # through the store's guarded write (retries, stall limits, bounded cleanup)
+    write_stream(store, join(data_name), size, produce)
+    entries = [(tensors[i][0].encode("utf-8"),
+                encode_entry(tensors[i][1], tuple(tensors[i][2]), 0, layout[i][0], layout[i][1],
+                             crcs[i])) for i in order]
     store.write_atomic(index_path, build_table([(b"", encode_header(1))] + entries))
     stale = [join(e) for e in store.listdir(head or ".")
              if e.startswith(name + ".data-") and "-of-" in e and e != data_name]
