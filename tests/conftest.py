@@ -3,6 +3,34 @@ import os
 import numpy as np
 import pytest
 
+# `pytest -m "not slow"` (README, "Building and testing"): the quick run leaves out
+# the multi-process jobs (torchrun, mpiexec), the tests that stall or kill storage
+# servers, TensorFlow in subprocesses, the type check and the longest end-to-end
+# runs. CI runs everything. One table, by file or by test (node id prefix):
+SLOW = (
+    "tests/multiworker/test_processes.py", "tests/multiworker/test_tiers_torchrun.py",
+    "tests/multiworker/test_async_commit.py", "tests/multiworker/test_per_worker.py",
+    "tests/multiworker/test_readme_workers.py",
+    "tests/stores/test_stalls.py", "tests/stores/test_fault_proxy.py",
+    "tests/stores/test_exit_when_store_dies.py", "tests/stores/test_server_leftovers.py",
+    "tests/stores/test_readme_s3.py", "tests/stores/test_cli_s3.py",
+    "tests/stores/test_store_errors.py::test_cli_gs_check",
+    "tests/interop_tf/test_write_tf.py", "tests/manager/test_crash.py",
+    "tests/manager/test_tiers.py::test_server_lost_during_upload",
+    "tests/manager/test_tiers.py::test_sigkill_during_tiered_saves",
+    "tests/integration/", "tests/unit/test_typing.py",
+    "tests/test_cli_issue13.py::test_closed_port", "tests/test_cli_issue13.py::test_endpoint_that",
+    "tests/test_cli_issue13.py::test_gcs_endpoint",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    root = str(config.rootpath)
+    for item in items:
+        node = os.path.relpath(str(item.path), root).replace(os.sep, "/") + "::" + item.name
+        if node.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def rng():

@@ -6,6 +6,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 import pyckpt
 
@@ -76,3 +77,35 @@ def test_examples_run(tmp_path):
     r = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
                        text=True, timeout=300, env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_help_of_the_manager_explains_every_argument():
+    """Issue 22: help(CheckpointManager) explained none of its arguments."""
+    import inspect
+
+    doc = pyckpt.CheckpointManager.__doc__ or ""
+    params = [p for p in inspect.signature(pyckpt.CheckpointManager.__init__).parameters
+              if p != "self"]
+    assert len(params) >= 20
+    missing = [p for p in params if f"``{p}``" not in doc]
+    assert not missing, f"CheckpointManager's docstring does not explain: {missing}"
+
+
+def test_docs_name_no_fixed_s3_port():
+    """The local S3 recipe picks a random port: no example may hard-code one."""
+    for path in (ROOT / "README.md", API):
+        text = path.read_text()
+        assert not re.search(r"endpoint_url=http://127\.0\.0\.1:\d+\s*$|"
+                             r"\"endpoint_url\": \"http://127\.0\.0\.1:\d+\"", text, flags=re.M), path
+
+
+def test_api_doc_command_line_table_matches_the_parser():
+    """Section 8 names `cp`'s --force and --format, and `ls`'s real exit status."""
+    text = API.read_text()
+    section = text[text.index("## 8. Command line"):text.index("## 9.")]
+    assert "--force" in section and "--format {auto,pyckpt,tf,safetensors}" in section
+    row = next(line for line in section.splitlines() if line.startswith("| `pyckpt ls PATH`"))
+    assert "1 when it holds none" in row
+    r = subprocess.run([sys.executable, "-m", "pyckpt", "cp", "--help"], capture_output=True,
+                       text=True, timeout=60, cwd=tempfile.gettempdir())
+    assert "--force" in r.stdout and "{auto,pyckpt,tf,safetensors}" in r.stdout

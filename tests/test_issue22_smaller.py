@@ -43,7 +43,7 @@ def test_inspect_escapes_control_characters_in_keys(tmp_path):
     pyckpt.save({"a\nb": np.ones(2), "tab\there": np.zeros(1), "plain\\x": np.ones(1)},
                 tmp_path / "c")
     r = subprocess.run([sys.executable, "-m", "pyckpt", "inspect", str(tmp_path / "c")],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rows = r.stdout.splitlines()
     assert any(row.startswith("a\\nb ") for row in rows), r.stdout
@@ -66,3 +66,19 @@ def test_latest_checkpoint_passes_over_a_garbage_index(tmp_path):
     (run / "ckpt-1" / "pyckpt.index").write_bytes(b"")
     with pytest.warns(UserWarning):
         assert pyckpt.latest_checkpoint(run) is None
+
+
+def test_inspect_claims_no_writer_for_tensorflow_checkpoints(tmp_path):
+    """TensorFlow's format does not record its writer: `inspect` said "written by
+    tensorflow" for a checkpoint pyckpt wrote."""
+    from pyckpt.interop import tensorflow as tfio
+
+    tfio.save({"w": np.ones(3)}, str(tmp_path / "tf" / "ckpt-1"))
+    fixture = os.path.join(os.path.dirname(__file__), "interop_tf", "fixtures", "training",
+                           "ckpt-5")
+    for path in (str(tmp_path / "tf" / "ckpt-1"), fixture):
+        r = subprocess.run([sys.executable, "-m", "pyckpt", "inspect", path],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert "written by" not in r.stdout
+        assert "format      TensorBundle" in r.stdout, r.stdout

@@ -28,6 +28,8 @@ import time
 import urllib.request
 from typing import Any, Callable, Iterator
 
+from ..engine.attempts import pid_alive
+
 # gcsfs reads this when it is imported: without it, operations on emulator buckets
 # stall on a gRPC call to the real storage-control API (unreachable here).
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -271,15 +273,7 @@ _OWNER = "owner.json"
 
 
 def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
 def sweep_dead_servers() -> list[str]:

@@ -109,7 +109,7 @@ def test_without_torch_installed_loads_give_numpy(tmp_path):
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": os.getcwd()})
+                       env=dict(os.environ), cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 

@@ -54,7 +54,7 @@ def test_cli_prints_the_warning_on_stderr(tmp_path, fmt):
     src = _object_ckpt(str(tmp_path / "c"))
     dst = str(tmp_path / ("out/ckpt-1" if fmt == "tf" else "out.safetensors"))
     r = subprocess.run([sys.executable, "-m", "pyckpt", "cp", src, dst, "--format", fmt],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     warn = [ln for ln in r.stderr.splitlines() if ln.startswith("pyckpt: warning: ")]
     assert len(warn) == 1, r.stderr

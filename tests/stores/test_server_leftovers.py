@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -21,7 +22,7 @@ def test_a_killed_servers_leftovers_are_swept_at_the_next_start():
     require("s3fs", "a storage server or its client")
     proc = subprocess.Popen([sys.executable, "-m", "pyckpt.testing.servers", "s3"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+                            env=dict(os.environ), cwd=tempfile.gettempdir())
     data = None
     try:
         deadline = time.monotonic() + 120

@@ -36,7 +36,7 @@ def _no_cloud_env(tmp_path):
            if not k.startswith(("AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_"))}
     env.update(HOME=str(tmp_path), AWS_EC2_METADATA_DISABLED="true",
                AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_CONFIG_FILE=str(tmp_path / "none"), PYTHONPATH=os.getcwd())
+               AWS_CONFIG_FILE=str(tmp_path / "none"))
     return env
 
 
@@ -56,7 +56,7 @@ def test_missing_s3_credentials_are_one_checkpoint_io_error(tmp_path):
                 print(op, "|", e)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, env=_no_cloud_env(tmp_path))
+                       timeout=120, env=_no_cloud_env(tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert [ln.split(" |")[0] for ln in lines] == ["save", "load"], r.stdout + r.stderr
@@ -101,7 +101,7 @@ def test_cli_gs_check_is_bounded_by_timeout_credentials_search_included(tmp_path
         t = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "pyckpt", "ls", "gs://bucket/run",
                             "--timeout", "3"], capture_output=True, text=True, timeout=120,
-                           env=env)
+                           env=env, cwd=tmp_path)
         took = time.monotonic() - t
     finally:
         stop.set()
