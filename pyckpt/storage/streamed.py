@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
+from .. import progress
 from .base import NewFile
 
 __all__ = ["StreamedFile", "write_stream"]
@@ -85,5 +86,24 @@ def write_stream(store: Any, path: str, size: int, produce: Callable[[], Iterabl
     """Writes one new file of ``size`` bytes that ``produce()`` yields in order (as
     bytes-like pieces) through ``store.write_files``, so a stream gets the same
     retries, limits and cleanup as a save's files. ``produce`` may be called again for
-    a retry and must give the same bytes. On failure the caller deletes the file."""
-    store.write_files([StreamedFile(path, size, produce).new_file()])
+    a retry and must give the same bytes. On failure the caller deletes the file.
+
+    A local store's file (``store.local``: no requests to guard, no finalizer that can
+    hang) is written straight from the producer's pieces, in order, through its
+    atomic ``open_write``: no part buffers, no copy."""
+    if not getattr(store, "local", False):
+        store.write_files([StreamedFile(path, size, produce).new_file()])
+        return
+    done = progress.counter()
+    written = 0
+    with store.open_write(path) as out:
+        for piece in produce():
+            n = memoryview(piece).nbytes
+            if written + n > size:
+                raise ValueError(f"{path}: the producer gave more than {size} bytes")
+            out.write(piece)
+            written += n
+            if done is not None:
+                done.add(n)
+        if written != size:
+            raise ValueError(f"{path}: the producer stopped at byte {written} of {size}")

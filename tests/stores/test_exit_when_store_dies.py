@@ -9,6 +9,7 @@ interpreter exit.
 Each case runs in a child process against a SeaweedFS of this module's own,
 killed (SIGKILL) while the child's transfer is in flight, and started again after."""
 
+import json
 import os
 import subprocess
 import sys
@@ -18,8 +19,6 @@ import time
 import pytest
 
 from pyckpt.storage.options import RemoteOptions
-from pyckpt.testing import servers
-from pyckpt.testing.requirements import require
 
 LIMITS = {"stall_timeout": 3, "deadline": 8, "cleanup_timeout": 3, "max_concurrency": 2,
           "part_size": 8 << 20}
@@ -64,22 +63,15 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def weed():
-    require("s3fs", "a storage server or its client")
-    with servers.seaweedfs_server() as server:
-        servers.make_bucket("s3", server.options, "pyckpt")
-        yield server
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["tiered", "async", "nodes"])
-def test_the_job_ends_when_its_store_dies_mid_transfer(weed, tmp_path, mode):
+def test_the_job_ends_when_its_store_dies_mid_transfer(seaweed_server, tmp_path, mode):
+    weed = seaweed_server
     options = {**weed.options, "pyckpt": LIMITS}
     url = f"s3://pyckpt/exit-{mode}-{os.getpid()}"
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, mode, url, str(tmp_path / "local"),
-         __import__("json").dumps(options)],
+         json.dumps(options)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ), cwd=tmp_path)
     try:

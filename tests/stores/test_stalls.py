@@ -23,7 +23,6 @@ import pyckpt
 from pyckpt.engine import write_executor
 from pyckpt.storage.options import RemoteOptions
 from pyckpt.testing import servers
-from pyckpt.testing.requirements import require
 
 # small timeouts so that each stalled case takes seconds, not minutes
 TUNED = {"stall_timeout": 2.0, "deadline": 4.0, "cleanup_timeout": 2.0, "part_size": 5 << 20,
@@ -31,12 +30,9 @@ TUNED = {"stall_timeout": 2.0, "deadline": 4.0, "cleanup_timeout": 2.0, "part_si
 
 
 @pytest.fixture(scope="module")
-def weed():
+def weed(seaweed_server):
     """A SeaweedFS of this module's own: its tests stall and kill it."""
-    require("s3fs", "a storage server or its client")
-    with servers.seaweedfs_server() as server:
-        servers.make_bucket("s3", server.options, "pyckpt")
-        yield server
+    return seaweed_server
 
 
 def _fs(options):
