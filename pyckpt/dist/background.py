@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..engine import attempts, naming, writer
+from ..engine.commit import read_previous
 from ..engine.options import DEFAULT, IOOptions
 from ..engine.writer import PreparedTensor
 from ..format import INDEX_NAME
@@ -166,15 +167,11 @@ class BackgroundSave:
             manifest = _assemble(self._tplans, self._gp, results, self._options.chunk_size,
                                  self._tree, self._graph, self._metadata, self.attempt,
                                  self.world)
-            try:
-                previous = writer.commit(self.store, self.path, manifest)
+            try:  # an index that landed though its answer was lost counts as committed
+                writer.commit(writer.Commit(self.store, self.path, manifest,
+                                            attempt=self.attempt))
             except BaseException as e:
-                current = writer.read_previous(self.store, self.path)
-                if current is None or current.info.get("attempt") != self.attempt:
-                    raise self._failed(f"rank 0 (commit): {type(e).__name__}: {e}") from e
-                previous = None  # the index is visible: committed (the others see it so)
-            writer.delete_replaced(self.store, self.path, previous, manifest)
-            writer.remove_orphans(self.store, self.path)
+                raise self._failed(f"rank 0 (commit): {type(e).__name__}: {e}") from e
         except BaseException as e:
             try:  # tells the other workers at once; discard() removes it later
                 self.store.write_atomic(self._join(failed_name(self.attempt)),
@@ -260,7 +257,7 @@ class BackgroundSave:
             delay = min(delay * 2, _POLL_MAX)
 
     def _committed(self) -> bool:
-        current = writer.read_previous(self.store, self.path)
+        current = read_previous(self.store, self.path)
         return current is not None and current.info.get("attempt") == self.attempt
 
     def _failure_text(self) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..engine import naming, writer
+from ..engine.commit import read_previous, sweep_orphans
 from ..errors import CheckpointError
 from ..format import INDEX_NAME
 from ..storage import Store
@@ -118,7 +119,8 @@ def node_local_commit(comm: Communicator, store: Store, path: str, mine: WriteRe
         try:
             _write_files(store, path, [(name, arr) for s in sources
                                        for (name, _), arr in zip(listing[s], got[s])])
-            writer.commit(store, path, manifest)                   # step 8: the commit record
+            writer.commit(writer.Commit(store, path, manifest,     # step 8: the commit record
+                                        delete_replaced=False, sweep=False))
         except BaseException as e:  # noqa: BLE001 - reported to every worker below
             problem = f"{type(e).__name__}: {e}"
     problems = comm.all_gather(problem)                                   # step 9
@@ -128,7 +130,7 @@ def node_local_commit(comm: Communicator, store: Store, path: str, mine: WriteRe
         raise DistributedSaveError(
             f"node-local save of {store.url(path)} failed; nothing was committed:\n"
             + "\n".join(f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None))
-    writer.remove_orphans(store, path)
+    sweep_orphans(store, path)
 
 
 # -- restore ---------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ def inventory(store: Store, directory: str, names: Sequence[str]) -> dict[str, A
     out: dict[str, Any] = {}
     for name in names:
         path = store.join(directory, name)
-        m = writer.read_previous(store, path)
+        m = read_previous(store, path)
         if m is None:
             continue
         present = []

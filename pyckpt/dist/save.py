@@ -327,14 +327,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
             try:
                 manifest = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
                                      p.metadata, p.gp.attempt, comm.world_size)
-                try:
-                    previous = writer.commit(store, path, manifest)
-                except BaseException:
-                    if not _landed(store, path, p.gp.attempt):
-                        raise
-                    previous = None  # the index landed though its answer was lost
-                writer.delete_replaced(store, path, previous, manifest)
-                writer.remove_orphans(store, path)
+                writer.commit(writer.Commit(store, path, manifest, attempt=p.gp.attempt))
             except BaseException as e:
                 outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
         attempts.end(store, path, p.gp.attempt)
@@ -344,9 +337,3 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
                                    f"committed:\n{outcome[1]}")
 
 
-def _landed(store: Store, path: str, attempt: str) -> bool:
-    """Whether the index of ``attempt`` is committed at path after its write raised.
-    An index that cannot be read back counts as not landed: the data files stay
-    (only a later commit's orphan sweep removes them), so nothing committed is lost."""
-    current = writer.read_previous(store, path)
-    return current is not None and current.info.get("attempt") == attempt

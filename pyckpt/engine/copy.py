@@ -22,7 +22,8 @@ from ..storage.streamed import write_stream
 from . import naming
 from .read_executor import read_window
 from .reader import open_checkpoint
-from .writer import abandon, commit, delete_replaced
+from . import writer
+from .commit import abandon
 
 WINDOW = 64 << 20
 
@@ -111,13 +112,13 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     progress(done, total)
 
             copy_file(ck, f, store, store.join(path, name), count)
-        copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
-                          dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
-                          tree=m.tree, metadata=m.metadata, graph=m.graph,
-                          info={**m.info, "attempt": attempt, "copied_from": ck.url})
-        previous = commit(store, path, copied)
     except BaseException:
         abandon(store, path, new_files, attempt)
         raise
-    delete_replaced(store, path, previous, copied)
+    copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
+                      dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
+                      tree=m.tree, metadata=m.metadata, graph=m.graph,
+                      info={**m.info, "attempt": attempt, "copied_from": ck.url})
+    writer.commit(writer.Commit(store, path, copied, attempt=attempt, new_files=new_files,
+                                sweep=False))
     return store.url(path)

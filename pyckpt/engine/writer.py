@@ -5,10 +5,11 @@ Save sequence for one process (docs/PROTOCOL.md gives the multi-worker one):
  2. place tensors into a few shard files (balanced, aligned; C++ planner);
  3. write the shard files under names unique to this attempt, computing the
     CRC32C of every chunk on the way, and fsync them (C++ core, GIL released);
- 4. write the index atomically (temp + fsync + rename locally, one PUT on an
-    object store): from this moment the checkpoint is committed;
- 5. delete the data files of the index that was replaced, if any, and the
-    orphans of dead attempts (attempts.py: racing writers, killed saves).
+ 4-5. commit (commit.py, the one commit routine): write the index atomically
+    (temp + fsync + rename locally, one PUT on an object store), from which
+    moment the checkpoint is committed; then delete the data files of the index
+    that was replaced, if any, and the orphans of dead attempts (attempts.py:
+    racing writers, killed saves).
 Steps 3-5 run inside the attempt's marker (attempts.begin/end). A failure
 before step 4 deletes this attempt's files and leaves any previous checkpoint
 at the path untouched.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,14 +29,19 @@ from .._version import __version__
 from .._dtypes import dtype_name, little_endian
 from ..device.staging import has_device_values, stage_values
 from ..errors import add_note
-from ..format import INDEX_NAME, Manifest, decode_index, encode_index
+from ..format import Manifest
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
 from ..tree import validate_keys
 from . import attempts, naming, write_executor
+from .commit import Commit, commit_checkpoint
+
+#: the one commit routine (commit.py), under the name every save mode calls it by
+commit = commit_checkpoint
 from .options import DEFAULT, IOOptions
 
-__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "commit", "delete_replaced", "StagedSave", "save_tensors"]
+__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedSave", "save_tensors",
+           "Commit", "commit"]
 
 
 class PreparedTensor:
@@ -152,65 +157,6 @@ def _discard(store: Store, paths: list[str], error: BaseException) -> None:
                         f"{type(cleanup).__name__}: {cleanup}")
 
 
-def read_previous(store: Store, path: str) -> Manifest | None:
-    """The manifest currently committed at path, if any and readable."""
-    index = store.join(path, INDEX_NAME)
-    try:
-        return decode_index(store.read_bytes(index), store.url(index))
-    except (FileNotFoundError, ValueError, OSError):
-        return None
-
-
-def commit(store: Store, path: str, manifest: Manifest) -> Manifest | None:
-    """Writes the index: the checkpoint is committed when this returns.
-
-    Returns the manifest it replaced (if any), whose files the caller deletes
-    with ``delete_replaced`` once nothing can fail any more."""
-    previous = read_previous(store, path)
-    store.write_atomic(store.join(path, INDEX_NAME), encode_index(manifest))
-    return previous
-
-
-def delete_replaced(store: Store, path: str, previous: Manifest | None, manifest: Manifest) -> None:
-    """Best-effort removal of the data files of a replaced index."""
-    if previous is None:
-        return
-    keep = {f.name for f in manifest.files}
-    try:
-        store.delete(store.join(path, f.name) for f in previous.files if f.name not in keep)
-    except OSError as e:
-        warnings.warn(f"could not delete old data files under {store.url(path)}: {e}")
-
-
-def remove_orphans(store: Store, path: str) -> None:
-    """Best-effort ``attempts.sweep`` after a commit."""
-    try:
-        attempts.sweep(store, path)
-    except OSError as e:
-        warnings.warn(f"could not remove orphaned data files under {store.url(path)}: {e}")
-
-
-def abandon(store: Store, path: str, files: list[FileEntry], attempt: str) -> None:
-    """Deletes an attempt's data files after a failed commit, unless its index
-    became visible anyway (a failure after the rename, or an upload whose answer
-    was lost): then the files stay. When the index cannot be read back at all,
-    the files stay too (they may be committed); the next commit's orphan sweep
-    removes them if they are not."""
-    index = store.join(path, INDEX_NAME)
-    try:
-        current = decode_index(store.read_bytes(index), store.url(index))
-    except FileNotFoundError:
-        current = None
-    except (ValueError, OSError):
-        return  # unknown whether this attempt is committed: never delete its data
-    if current is not None and current.info.get("attempt") == attempt:
-        return
-    try:
-        store.delete(store.join(path, f.name) for f in files)
-    except OSError:
-        pass
-
-
 def info(attempt: str, world_size: int = 1) -> dict:
     return {"library": "pyckpt", "version": __version__, "attempt": attempt,
             "created": time.time(), "world_size": world_size}
@@ -225,13 +171,7 @@ def _finish(store: Store, path: str, tensors: list[PreparedTensor], data: Writte
         dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
         file=data.file, offset=data.offset, nbytes=data.nbytes, crcs=data.crcs,
         tree=tree, metadata=metadata, graph=graph, info=info(attempt))
-    try:
-        previous = commit(store, path, manifest)
-    except BaseException:
-        abandon(store, path, data.files, attempt)
-        raise
-    delete_replaced(store, path, previous, manifest)
-    remove_orphans(store, path)
+    commit(Commit(store, path, manifest, attempt=attempt, new_files=data.files))
     return manifest
 
 

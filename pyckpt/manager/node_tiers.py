@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..dist import node_local
 from ..dist.comm import Communicator, comm_scope
 from ..engine import writer
+from ..engine.commit import read_previous
 from ..engine.copy import copy_file
 from ..engine.reader import open_checkpoint
 from ..engine.run import parse_step
@@ -164,11 +165,12 @@ class NodeTiers(Tiers):
         d._store.makedirs(d._dir)
         d._begin_writing()
         try:
-            manifest = writer.read_previous(self.local._store, self.local._store.join(
+            manifest = read_previous(self.local._store, self.local._store.join(
                 self.local._dir, name))
             if manifest is None:
                 raise CheckpointError(f"the local index of {name} is gone")
-            writer.commit(d._store, dpath, manifest)
+            writer.commit(writer.Commit(d._store, dpath, manifest, delete_replaced=False,
+                                        sweep=False))
             if not d._cleaned:
                 d._cleanup_leftovers()
                 d._cleaned = True
@@ -252,7 +254,7 @@ class NodeTiers(Tiers):
 def _remove_uncommitted(d: "CheckpointManager", path: str) -> None:
     """Best effort: removes an uploaded checkpoint directory that was not committed."""
     try:
-        if writer.read_previous(d._store, path) is None:
+        if read_previous(d._store, path) is None:
             d._store.rmtree(path)
     except OSError:
         pass
