@@ -1,7 +1,7 @@
 """The one registry of foreign value types (docs/API.md, "Adapters").
 
 torch and JAX support (``pyckpt/adapters/``) and any user type plug in here,
-with up to three hooks, each returning None for objects that are not theirs:
+with up to five hooks, each returning None for objects that are not theirs:
 
 - ``leaf(obj) -> np.ndarray | DeviceArray``: the host array to save for a leaf
   of a tree or a value of the object graph (a zero-copy view where possible),

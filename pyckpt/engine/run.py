@@ -1,7 +1,9 @@
 """A run directory: numbered checkpoints ``<name>-<N>`` and the manager's state
 file ``pyckpt-manager.json`` (docs/PROTOCOL.md, "Manager state"). This module is
-the one step scanner: the manager, the reader, ``latest_checkpoint`` and
-``pyckpt ls`` find a directory's checkpoints and its latest one here.
+the one step scanner: the manager, the reader and ``latest_checkpoint`` find a
+directory's checkpoints and its latest one here (``pyckpt ls`` lists every entry
+of a directory itself, committed, uncommitted or corrupt, and takes only
+``step_of`` from here).
 
 The state file is kept in the directory and always replaced atomically. Paths
 in it are relative to the directory, so a copied or moved directory keeps

@@ -1,20 +1,24 @@
 """``pyckpt.CheckpointManager`` (docs/API.md section 3): numbered checkpoints of a
 training run in one directory, retention, crash recovery, async saves.
 
-Save sequence (docs/PROTOCOL.md, "Manager"):
+Save sequence: the 7 steps of docs/PROTOCOL.md section 3, in short:
  1. wait for the previous async save (raising its error, if any; with several
     workers they also agree on its outcome, so that all raise or none);
- 2. take or renew the writer lease (a newer manager of this process takes it
+ 2. skip the save (return None) while ``checkpoint_interval`` says so;
+ 3. take or renew the writer lease (a newer manager of this process takes it
     over from an older one, after that one's save in flight; a lease taken anew
     re-reads the state file); on the first save, clean up leftovers of
     crashed runs (uncommitted ``<name>-<N>`` directories, half-done deletions);
- 3. write and commit ``<directory>/<name>-<N>`` (in the background when
+ 4. bump ``save_counter``: the checkpoint is ``<name>-<N>`` (a number at or below
+    an existing checkpoint warns);
+ 5. write and commit ``<directory>/<name>-<N>`` (in the background when
     ``blocking=False``, from a staging copy made before returning; with several
     workers the collectives run here and the background part talks through the
     store only: docs/PROTOCOL.md section 6b, ``dist/background.py``);
- 4. record it in the state file (atomic replace), then apply retention: a
-    checkpoint to delete is first marked ``deleting`` in the state file, then
-    its index is removed (it stops being a checkpoint), then its files.
+ 6. check the lease again and record it in the state file (atomic replace);
+ 7. apply retention: a checkpoint to delete is first marked ``deleting`` in the
+    state file, then its index is removed (it stops being a checkpoint), then
+    its files.
 The newest committed checkpoint is never deleted.
 
 With ``local_dir`` the manager is tiered (docs/API.md section 13): it holds one
