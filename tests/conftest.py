@@ -19,8 +19,8 @@ SLOW = (
     "tests/manager/test_tiers.py::test_server_lost_during_upload",
     "tests/manager/test_tiers.py::test_sigkill_during_tiered_saves",
     "tests/integration/", "tests/unit/test_typing.py",
-    "tests/test_cli_issue13.py::test_closed_port", "tests/test_cli_issue13.py::test_endpoint_that",
-    "tests/test_cli_issue13.py::test_gcs_endpoint",
+    "tests/commands/test_cli_errors_and_help.py::test_closed_port", "tests/commands/test_cli_errors_and_help.py::test_endpoint_that",
+    "tests/commands/test_cli_errors_and_help.py::test_gcs_endpoint",
 )
 
 
