@@ -9,6 +9,7 @@ import tempfile
 import numpy as np
 
 import pyckpt
+from pyckpt.testing.terminal import run_on_terminal
 
 
 def _cli(*args, **kw):
@@ -98,36 +99,11 @@ def test_cp_verifies_and_converts(tmp_path, flip, shard_files):
 
 
 def test_progress_bar_only_on_a_terminal(tmp_path):
-    import pty
-    import select
-
     pyckpt.save({"x": np.ones(20_000_000)}, tmp_path / "c")
     quiet = _cli("verify", str(tmp_path / "c"))
     assert quiet.returncode == 0 and quiet.stderr == ""
     exe = shutil.which("pyckpt")
     cmd = [exe] if exe else [sys.executable, "-m", "pyckpt"]
-    import fcntl
-    import struct
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a real width
-    proc = subprocess.Popen(cmd + ["verify", str(tmp_path / "c")], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=slave, cwd=tempfile.gettempdir())
-    os.close(slave)
-    seen = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 30)
-        if not ready:
-            break
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    proc.wait(timeout=60)
-    os.close(master)
-    assert proc.returncode == 0
+    code, seen = run_on_terminal(cmd + ["verify", str(tmp_path / "c")], timeout=30)
+    assert code == 0
     assert b"verify" in seen and b"%" in seen  # the bar was drawn on the terminal

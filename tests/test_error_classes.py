@@ -79,6 +79,17 @@ def _assert_previous_intact(ckpt, before):
 # ---------------------------------------------------------------------------
 
 @needs_proc_fd
+def _index_write_fails(monkeypatch, ckpt, before):
+    """A save over ``ckpt`` whose index write fails (the patch in place): one
+    CheckpointIOError naming the index, no temp file left, the previous intact."""
+    with pytest.raises(CheckpointIOError) as info:
+        pyckpt.save({"x": np.arange(6)}, ckpt)
+    monkeypatch.undo()
+    _assert_io_error(info.value, errno.EIO, "pyckpt.index")
+    _no_temp_files(ckpt)
+    _assert_previous_intact(ckpt, before)
+
+
 def test_full_disk_at_index_write(tmp_path, monkeypatch):
     """ENOSPC injected in ``os.write`` while the index's temporary file is written."""
     ckpt = tmp_path / "ckpt"
@@ -112,12 +123,7 @@ def test_failed_fsync_at_index_write(tmp_path, monkeypatch):
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    with pytest.raises(CheckpointIOError) as info:
-        pyckpt.save({"x": np.arange(6)}, ckpt)
-    monkeypatch.undo()
-    _assert_io_error(info.value, errno.EIO, "pyckpt.index")
-    _no_temp_files(ckpt)
-    _assert_previous_intact(ckpt, before)
+    _index_write_fails(monkeypatch, ckpt, before)
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
@@ -174,12 +180,7 @@ def test_failed_rename_at_commit(tmp_path, monkeypatch):
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(CheckpointIOError) as info:
-        pyckpt.save({"x": np.arange(6)}, ckpt)
-    monkeypatch.undo()
-    _assert_io_error(info.value, errno.EIO, "pyckpt.index")
-    _no_temp_files(ckpt)
-    _assert_previous_intact(ckpt, before)
+    _index_write_fails(monkeypatch, ckpt, before)
 
 
 def test_unreadable_index(tmp_path, monkeypatch):

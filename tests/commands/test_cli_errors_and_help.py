@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import pyckpt
+from pyckpt.testing.terminal import run_on_terminal
 from pyckpt.cli import build_parser
 from pyckpt.commands.common import explain, natural_key
 
@@ -262,32 +263,7 @@ def test_keys_in_natural_order(tmp_path):
 
 def _on_a_terminal(*args):
     """(exit status, what the command drew on its terminal stderr)."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    proc = subprocess.Popen(_cmd(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=slave, cwd=tempfile.gettempdir())
-    os.close(slave)
-    seen = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        if not ready:
-            break
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    proc.communicate(timeout=60)
-    os.close(master)
-    return proc.returncode, seen
+    return run_on_terminal(_cmd(*args))
 
 
 def test_progress_bars_on_diff_and_inspect_key(tmp_path):
