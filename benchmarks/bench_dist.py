@@ -18,9 +18,9 @@ One run measures:
    in bench_local.py) and of the same with early writeback (sync_file_range after
    every 8 MiB, as pyckpt's writer does). Per worker the save is split into its protocol steps (local
    plan, collectives, planner, write_data, commit) and its CPU time is recorded.
-2. PLANNER. ``pyckpt.dist.planner.plan_global`` on simulated local plans (no
+2. PLANNER. ``pyckpt.workers.planner.plan_global`` on simulated local plans (no
    processes) of 100 x 100, 1,000 x 100, 100 x 1,000 and 1,000 workers x 1,000 row-sharded 2-D
-   tensors (10% replicated), plus ``pyckpt.dist.save.local_plan`` of one worker
+   tensors (10% replicated), plus ``pyckpt.workers.save.local_plan`` of one worker
    holding 1,000 tensors.
 
 See benchmarks/README.md ("bench_dist.py") for how to read the output.
@@ -136,9 +136,9 @@ def verify_checkpoint(path: str, lay: dict) -> None:
 
 
 def install_probes(events: list) -> None:
-    """Time the protocol steps of pyckpt.dist.save (module attributes looked up at call
+    """Time the protocol steps of pyckpt.workers.save (module attributes looked up at call
     time) and append (label, seconds) to ``events``."""
-    import pyckpt.dist.save as dsave
+    import pyckpt.workers.save as dsave
     import pyckpt.engine.writer as writer
 
     def wrap(mod, name, label):
@@ -413,7 +413,7 @@ def tensor_table(world: int, ntensors: int) -> dict:
 def simulated_plan(tab: dict, rank: int, world: int):
     """The LocalPlan a worker's local_plan would build (row-sharded blocks, replicated
     arrays whole), constructed directly."""
-    from pyckpt.dist.plans import LocalPlan
+    from pyckpt.workers.plans import LocalPlan
 
     rows, cols, sh = tab["rows"], tab["cols"], tab["sharded"]
     n = len(rows)
@@ -446,7 +446,7 @@ def unpickle_all(blobs: list[bytes]) -> list:
 
 
 def bench_planner(sizes: list[tuple[int, int]], runs_for) -> dict:
-    from pyckpt.dist.planner import plan_global
+    from pyckpt.workers.planner import plan_global
 
     out = {}
     for world, ntensors in sizes:
@@ -476,9 +476,9 @@ def bench_planner(sizes: list[tuple[int, int]], runs_for) -> dict:
 
 
 def bench_local_plan(world: int, ntensors: int, runs: int) -> dict:
-    """pyckpt.dist.save.local_plan of rank 0 of ``world`` holding ``ntensors`` tensors
+    """pyckpt.workers.save.local_plan of rank 0 of ``world`` holding ``ntensors`` tensors
     (ShardedArray blocks and plain replicated arrays); checked against simulated_plan."""
-    from pyckpt.dist.save import local_plan
+    from pyckpt.workers.save import local_plan
 
     tab = tensor_table(world, ntensors)
     items = []

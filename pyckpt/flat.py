@@ -19,7 +19,7 @@ from .tree import (flatten, is_array_kind, nest_flat, rebuild_leaf, skeleton_lea
                    validate_key)
 
 if TYPE_CHECKING:  # for signatures only
-    from .dist.comm import Communicator
+    from .workers.comm import Communicator
 
 __all__ = ["save", "load"]
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from .device.array import DeviceArray
-from .dist.perworker import per_worker_read, place_of
+from .workers.perworker import per_worker_read, place_of
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, rebuild_leaf

@@ -2,7 +2,7 @@
 ``CheckpointManager.save`` all end here (docs/ARCHITECTURE.md, "Walk of a save").
 
 ``write`` resolves the store and the communicator, reports progress, and picks
-single-process (engine/writer.py) or multi-worker (dist/save.py) saving.
+single-process (engine/writer.py) or multi-worker (workers/save.py) saving.
 ``stage`` is the background variant: it copies the values aside and returns the
 work that writes them; ``start`` runs that work in a thread of its own and
 returns a ``PendingSave`` (``pyckpt.save(..., blocking=False)``). ``numbered``
@@ -18,11 +18,11 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import progress as _progress
-from .dist.comm import Communicator, SingleComm, resolve_comm
+from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
 from .device.buffers import lease_shared
 from .device.staging import has_device_values, stage_values
-from .dist.save import distributed_save
+from .workers.save import distributed_save
 from .engine.write_executor import can_stage
 from .engine.writer import StagedSave, save_tensors
 from .sharded import ShardedArray
@@ -53,7 +53,7 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
           node_local: int | None = None) -> None:
     """Writes and commits one checkpoint at ``path`` (returns once it is durable,
     on every worker). ``node_local=k``: a multi-worker job's node-local checkpoint,
-    ``path`` being this worker's own, with k replicas (dist/node_local.py)."""
+    ``path`` being this worker's own, with k replicas (workers/node_local.py)."""
     store, p = resolve(path, storage_options)
     comm = resolve_comm(comm)
     sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)

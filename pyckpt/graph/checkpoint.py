@@ -22,7 +22,7 @@ from .snapshot import Snapshot, take_snapshot
 from .trackable import Trackable
 
 if TYPE_CHECKING:  # for signatures only
-    from ..dist.comm import Communicator
+    from ..workers.comm import Communicator
 
 SAVE_COUNTER = "save_counter"
 SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX

@@ -17,7 +17,7 @@ At most one save is in flight: a new save first waits for the previous one.
 With ``max_async_bytes`` set, a state larger than that is saved blocking.
 
 With several workers the work run here is one worker's part of the save
-(``dist/background.py``: write, publish its result through the store, and on
+(``workers/background.py``: write, publish its result through the store, and on
 rank 0 commit): it never issues a collective on the job's communicator
 (docs/PROTOCOL.md section 6b). A node-local save (a multi-worker tiered
 manager) runs its collectives here on a communicator made for background

@@ -14,7 +14,7 @@ Save sequence: the 7 steps of docs/PROTOCOL.md section 3, in short:
  5. write and commit ``<directory>/<name>-<N>`` (in the background when
     ``blocking=False``, from a staging copy made before returning; with several
     workers the collectives run here and the background part talks through the
-    store only: docs/PROTOCOL.md section 6b, ``dist/background.py``);
+    store only: docs/PROTOCOL.md section 6b, ``workers/background.py``);
  6. check the lease again and record it in the state file (atomic replace);
  7. apply retention: a checkpoint to delete is first marked ``deleting`` in the
     state file, then its index is removed (it stops being a checkpoint), then
@@ -36,9 +36,9 @@ import weakref
 from typing import Any, Callable
 
 from .. import saving
-from ..dist import background
-from ..dist.comm import Communicator, comm_scope, resolve_comm
-from ..dist.save import DistributedSaveError, NodeLocalSave, plan_save
+from ..workers import background
+from ..workers.comm import Communicator, comm_scope, resolve_comm
+from ..workers.save import DistributedSaveError, NodeLocalSave, plan_save
 from ..engine.options import DEFAULT
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
@@ -182,7 +182,7 @@ class CheckpointManager:
         self._clock = clock
         self._comm = comm
         # a multi-worker tiered manager's local tier: this worker's own directory, saved
-        # with this many replicas (dist/node_local.py); None: a plain manager
+        # with this many replicas (workers/node_local.py); None: a plain manager
         self._node_local: int | None = None
         self._lease = WriterLease(self._store, self._dir, lease_seconds, clock)
         self._async = AsyncSaver()
@@ -435,7 +435,7 @@ class CheckpointManager:
 
     def _stage_node_local(self, comm: Communicator, path: str, live: LiveGraph) -> NodeLocalSave:
         """Collective, in the caller's thread: stages and plans as ``_stage_multi``; the
-        background part (write, replicas, commit records: dist/node_local.py) runs its
+        background part (write, replicas, commit records: workers/node_local.py) runs its
         collectives on a communicator of its own, made at the first such save, and
         made anew by all after one failed anywhere (its collectives may be out of step)."""
         if any(comm.all_gather(self._bg_comm is None)):

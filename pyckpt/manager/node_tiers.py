@@ -4,7 +4,7 @@ tier is shared.
 
 - **Save.** Every worker saves its part into its own local directory and commits
   the same index there, after keeping the replicas of ``replicate`` other workers'
-  parts (``dist/node_local.py``); each worker's local manager keeps its own state
+  parts (``workers/node_local.py``); each worker's local manager keeps its own state
   file and retention. ``blocking=False``: the local manager runs all of that after
   staging, in its background thread, on a background communicator.
 - **Persist.** When due (rank 0 decides, for all), each worker uploads (once its
@@ -32,8 +32,8 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..dist import node_local
-from ..dist.comm import Communicator, comm_scope
+from ..workers import node_local
+from ..workers.comm import Communicator, comm_scope
 from ..engine import writer
 from ..engine.commit import read_previous
 from ..engine.copy import copy_file

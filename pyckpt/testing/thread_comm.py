@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ..dist.comm import Communicator, WorkerTimeoutError
+from ..workers.comm import Communicator, WorkerTimeoutError
 
 
 class ThreadGroup:

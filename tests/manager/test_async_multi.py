@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.dist import background
-from pyckpt.dist.save import DistributedSaveError
+from pyckpt.workers import background
+from pyckpt.workers.save import DistributedSaveError
 from pyckpt.engine import writer
 from pyckpt.testing.thread_comm import ThreadGroup
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.dist import node_local
+from pyckpt.workers import node_local
 from pyckpt.errors import CheckpointError
 from pyckpt.testing.thread_comm import ThreadGroup
 
