@@ -16,12 +16,13 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..format import Manifest
+from ..errors import CheckpointError
 from ..format.manifest import FileEntry
 from ..storage import resolve
 from ..storage.streamed import write_stream
 from . import naming
 from .read_executor import read_window
-from .reader import open_checkpoint
+from .reader import OpenCheckpoint, open_checkpoint
 from . import writer
 from .commit import abandon
 
@@ -61,30 +62,56 @@ def _windows(m: Manifest, f: int,
     return tiled
 
 
+def _verified(ck: Any, f: int, window: int,
+              on_bytes: Callable[[int], Any] | None = None) -> Iterator[np.ndarray]:
+    """Data file ``f`` of the open checkpoint ``ck``, ``window`` bytes at a time (padding
+    included), every chunk checked against its CRC-32C on the way."""
+    m = ck.manifest
+    ck.check_files([f])
+    src_path = ck.file_path(f)
+    for begin, end, pieces in _windows(m, f, window):
+        plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
+                              np.array([p[2] for p in pieces]),
+                              np.array([p[3] for p in pieces]))
+        data = read_window(ck.store, src_path, begin, end, plan, m.chunk_size, ck.options)
+        if on_bytes is not None:
+            on_bytes(len(data))
+        yield data
+
+
 def copy_file(ck: Any, f: int, store: Any, dst: str,
               on_bytes: Callable[[int], Any] | None = None, window: int = WINDOW) -> None:
     """Streams data file ``f`` of the open checkpoint ``ck`` to ``dst`` in ``store``,
     checking every chunk on the way, ``window`` bytes at a time (``on_bytes`` is
     called after each), through the store's guarded write: on failure the caller
     deletes ``dst``."""
-    m = ck.manifest
-    ck.check_files([f])
-    src_path = ck.file_path(f)
-    windows = _windows(m, f, window)
-
-    def produce() -> Iterator[Any]:
-        for begin, end, pieces in windows:
-            plan = ck.plan_ranges([p[0] for p in pieces], np.array([p[1] for p in pieces]),
-                                  np.array([p[2] for p in pieces]),
-                                  np.array([p[3] for p in pieces]))
-            data = read_window(ck.store, src_path, begin, end, plan, m.chunk_size, ck.options)
-            if on_bytes is not None:
-                on_bytes(len(data))
-            yield data
-
     # through the store's guarded write (retries, stall limits, bounded cleanup):
     # no streamed file object of a remote store is ever left open
-    write_stream(store, dst, m.files[f].size, produce)
+    write_stream(store, dst, ck.manifest.files[f].size,
+                 lambda: _verified(ck, f, window, on_bytes))
+
+
+def read_data_files(store: Any, path: str, manifest: Manifest,
+                    names: list[str]) -> list[np.ndarray]:
+    """The data files ``names`` of the checkpoint at ``path`` whole, as ``manifest``
+    describes them (committed or about to be), every chunk checked like any read:
+    a file whose bytes differ raises CorruptCheckpointError naming it and the range."""
+    ck = OpenCheckpoint(store, path, manifest)
+    where = {f.name: i for i, f in enumerate(manifest.files)}
+    out = []
+    for name in names:
+        if name not in where:
+            raise CheckpointError(f"{store.url(store.join(path, name))} is not a data file "
+                                  "of its checkpoint's index")
+        f = where[name]
+        data = np.empty(manifest.files[f].size, np.uint8)
+        at = 0
+        for piece in _verified(ck, f, WINDOW):
+            n = len(piece)
+            data[at:at + n] = np.frombuffer(piece, np.uint8)
+            at += n
+        out.append(data)
+    return out
 
 
 def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,

@@ -23,14 +23,13 @@ holding its replica), so that every node then holds the whole checkpoint.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..engine import naming, writer
 from ..engine.commit import read_previous, sweep_orphans
+from ..engine.copy import read_data_files
 from ..errors import CheckpointError
 from ..format import INDEX_NAME
 from ..storage import Store
@@ -43,42 +42,21 @@ class DistributedSaveError(CheckpointError):
     """A multi-worker save failed; raised on every worker with every worker's error."""
 
 
-def _read_files(store: Store, path: str, names: Sequence[str]) -> list[np.ndarray]:
-    paths = [store.join(path, n) for n in names]
-    native = store.native_paths(paths)
-    if native is not None:  # local files: one read each, straight into the array
-        return [np.fromfile(p, np.uint8) for p in native]
-    return [np.frombuffer(store.read_bytes(p), np.uint8) for p in paths]
-
-
 def _write_files(store: Store, path: str, files: Sequence[tuple[str, np.ndarray]]) -> None:
-    """Writes whole files durably (sizes confirmed), index not included."""
+    """Writes whole files durably through the store's one write path (sizes confirmed),
+    index not included."""
     if not files:
-        return
-    paths = [store.join(path, n) for n, _ in files]
-    native = store.native_paths(paths)
-    if native is not None:  # local files: one write each, fsync, then the name
-        for dst, (_, data) in zip(native, files):
-            tmp = f"{dst}.tmp-{os.getpid()}"
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(np.ascontiguousarray(data).data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, dst)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.remove(tmp)
-                raise
-        store.sync_dir(path)
         return
 
     def filler(data: np.ndarray) -> Any:
+        flat = memoryview(np.ascontiguousarray(data)).cast("B")
+
         def fill(begin: int, buf: bytearray) -> bytearray:
-            buf[:] = data[begin:begin + len(buf)].tobytes()
+            buf[:] = flat[begin:begin + len(buf)]
             return buf
         return fill
-    store.write_files([NewFile(p, int(a.size), filler(a)) for p, (_, a) in zip(paths, files)])
+
+    store.write_files([NewFile(store.join(path, n), int(a.size), filler(a)) for n, a in files])
     store.sync_dir(path)
 
 
@@ -108,7 +86,7 @@ def node_local_commit(comm: Communicator, store: Store, path: str, mine: WriteRe
     sources = [(rank - d) % world for d in range(1, k + 1)]
     problem = None
     try:
-        data = _read_files(store, path, own) if targets else []
+        data = read_data_files(store, path, manifest, own) if targets else []
     except BaseException as e:  # noqa: BLE001 - every worker must reach the exchange
         problem, data = f"reading its files for replication: {type(e).__name__}: {e}", []
     if comm.all_gather(problem) != [None] * world:  # nobody exchanges: no half transfer
@@ -171,6 +149,21 @@ def restore_plan(inventories: list[dict[str, Any]], order: Sequence[str],
     return None
 
 
+def _read_to_send(store: Store, path: str, name: str, wanted: set[str]) -> dict[str, np.ndarray]:
+    """The files of checkpoint ``name`` this node sends to others: a holder of a data file
+    holds the index it belongs to, so every chunk is checked like any read."""
+    if not wanted:
+        return {}
+    manifest = read_previous(store, path)
+    if manifest is None:
+        raise CheckpointError(f"{store.url(path)}: the index of {name} is gone")
+    data_files = sorted(f for f in wanted if f != INDEX_NAME)
+    out = dict(zip(data_files, read_data_files(store, path, manifest, data_files)))
+    if INDEX_NAME in wanted:
+        out[INDEX_NAME] = np.frombuffer(store.read_bytes(store.join(path, INDEX_NAME)), np.uint8)
+    return out
+
+
 def fetch_missing(comm: Communicator, store: Store, path: str, name: str,
                   inventories: list[dict[str, Any]]) -> int:
     """Sends every node the files of checkpoint ``name`` that it lacks, from the nodes
@@ -199,8 +192,15 @@ def fetch_missing(comm: Communicator, store: Store, path: str, name: str,
     sizes = comm.all_gather({f: store.size(store.join(path, f)) for fs in sends.values()
                              for f in fs})
     cache: dict[str, np.ndarray] = {}
-    for f in {f for fs in sends.values() for f in fs}:
-        cache[f] = _read_files(store, path, [f])[0]
+    problem = None
+    try:
+        cache = _read_to_send(store, path, name, {f for fs in sends.values() for f in fs})
+    except (CheckpointError, OSError) as e:  # every worker must hear of it before exchanging
+        problem = f"{type(e).__name__}: {e}"
+    problems = comm.all_gather(problem)
+    if any(p is not None for p in problems):
+        raise CheckpointError(f"cannot send the files of {name} between nodes:\n" + "\n".join(
+            f"rank {r}: {p}" for r, p in enumerate(problems) if p is not None))
     got = comm.exchange({d: [cache[f] for f in fs] for d, fs in sends.items()},
                         {s: [sizes[s][f] for f in fs] for s, fs in recvs.items()})
     received = [(f, a) for s, fs in recvs.items() for f, a in zip(fs, got[s])]
