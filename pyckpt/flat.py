@@ -39,7 +39,9 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     With ``blocking=False`` it returns a ``PendingSave`` as soon as every value is
     copied aside (the caller may change them at once; values changed afterwards
     never reach this checkpoint): ``wait()`` returns the path or raises the save's
-    error, ``done()`` says whether it finished. Multi-worker saves stay blocking.
+    error, ``done()`` says whether it finished. With several workers every worker
+    calls it at the same point: the collectives that plan the save run in the call,
+    the writing and the commit in the background (docs/PROTOCOL.md section 6b).
     """
     leaves, skeleton = flatten(tree)
     if not blocking:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -20,9 +21,11 @@ import numpy as np
 from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
-from .device.buffers import lease_shared
+from .device.buffers import StagingBuffers, lease_shared
 from .device.staging import has_device_values, stage_values
-from .workers.save import distributed_save
+from .engine.options import DEFAULT
+from .workers import background
+from .workers.save import NodeLocalSave, distributed_save, plan_save
 from .engine.write_executor import can_stage
 from .engine.writer import StagedSave, save_tensors
 from .sharded import ShardedArray
@@ -30,7 +33,7 @@ from .sharded.perworker import PerWorker
 from .storage import Store, resolve
 from .variables import Variable
 
-__all__ = ["Item", "PendingSave", "write", "stage", "start", "numbered"]
+__all__ = ["Item", "PendingSave", "Background", "write", "stage", "start", "numbered"]
 
 
 class Item:
@@ -55,11 +58,7 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     on every worker). ``node_local=k``: a multi-worker job's node-local checkpoint,
     ``path`` being this worker's own, with k replicas (workers/node_local.py)."""
     store, p = resolve(path, storage_options)
-    comm = resolve_comm(comm)
-    sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
-    if comm is None and sharded:  # blocks (and per-worker rows) must be checked and
-        comm = SingleComm()       # assembled like a multi-worker save
-    multi = comm is not None and (comm.world_size > 1 or sharded)
+    comm, multi = _mode(items, comm)
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
         if has_device_values([it.array for it in items]):
             _write_from_device(items, store, p, multi, lambda host: write(
@@ -128,28 +127,59 @@ def stage(store: Store, path: str, keys: list[str], live: list[Any],
 
 
 class PendingSave:
-    """A save running in the background (``pyckpt.save(..., blocking=False)``).
+    """A save running in the background: the one background runner of every mode
+    (``pyckpt.save(..., blocking=False)``, ``CheckpointManager.save(blocking=False)``;
+    one process or many, node-local or not).
 
     The values were copied aside before it was returned, so the caller may change
     them at once. ``wait()`` blocks until the checkpoint is committed and returns
     its path, or raises the save's error; ``done()`` says whether it finished."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, work: Callable[[], Any] | None = None, *,
+                 then: Callable[[BaseException | None], Any] | None = None,
+                 release: Callable[[], Any] | None = None,
+                 cleanup: Callable[[], Any] | None = None) -> None:
         self.path = path
         self._finished = threading.Event()
         self._error: BaseException | None = None
+        self._cleanup = cleanup
+        self._thread: threading.Thread | None = None
+        if work is not None:  # not a daemon: a pending save finishes at interpreter exit
+            self._thread = threading.Thread(target=self._run, args=(work, then, release),
+                                            name="pyckpt-save")
+            self._thread.start()
 
-    def _run(self, work: Callable[[], Any]) -> None:
+    def _run(self, work: Callable[[], Any], then: Callable[[BaseException | None], Any] | None,
+             release: Callable[[], Any] | None = None) -> None:
         try:
-            work()
-        except BaseException as e:  # re-raised by wait()
-            self._error = e
+            try:
+                work()
+            except BaseException as e:  # re-raised by wait()
+                self._error = e
+            if then is not None:  # the owner's bookkeeping (a manager records the commit)
+                try:
+                    then(self._error)
+                except BaseException as e:
+                    self._error = self._error or e
         finally:
+            if release is not None:
+                release()
             self._finished.set()
 
     def done(self) -> bool:
         """Whether the save has finished (committed, or failed)."""
         return self._finished.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Waits (at most ``timeout`` seconds) for the save to finish, without raising
+        its error (a no-op from the save's own thread)."""
+        if self._thread is not threading.current_thread():
+            self._finished.wait(timeout)
+
+    @property
+    def error(self) -> BaseException | None:
+        """The save's error once it finished (None: committed, or still running)."""
+        return self._error
 
     def wait(self, timeout: float | None = None) -> str:
         """Waits for the commit and returns the path; raises the save's error, or
@@ -160,52 +190,160 @@ class PendingSave:
             raise self._error
         return self.path
 
+    def discard(self) -> None:
+        """Removes what the failed save left (its attempt's files) once every worker is
+        done with it (a multi-worker save; a no-op otherwise)."""
+        if self._error is not None and self._cleanup is not None:
+            cleanup, self._cleanup = self._cleanup, None
+            try:
+                cleanup()
+            except OSError as e:
+                warnings.warn(f"could not remove the files of the failed save of {self.path}: "
+                              f"{e}", stacklevel=2)
+
     def __repr__(self) -> str:
         state = "running" if not self.done() else "failed" if self._error else "committed"
         return f"<PendingSave {self.path!r}: {state}>"
 
 
+class Background:
+    """What one owner's background saves keep from one save to the next (a manager's):
+    the staging buffers (reused when shapes and dtypes match; ``warm`` allocates them
+    ahead, ``release`` frees them) and, for node-local saves, the communicator their
+    background part runs its collectives on."""
+
+    def __init__(self) -> None:
+        self.buffers = StagingBuffers()
+        self._warming: threading.Thread | None = None
+        self.comm: Communicator | None = None
+
+    def ready(self) -> None:
+        """Waits for ``warm``'s allocation, if one runs."""
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+
+    def get(self, keys: list[str], srcs: list[Any]) -> list[np.ndarray]:
+        self.ready()
+        return self.buffers.get(keys, srcs)
+
+    def warm(self, keys: list[str], srcs: list[Any]) -> None:
+        """Allocates (and pins) the staging buffers in a background thread."""
+        self._warming = threading.Thread(target=self.buffers.get, args=(keys, srcs),
+                                         name="pyckpt-warm-staging", daemon=True)
+        self._warming.start()
+
+    def release(self) -> None:
+        self.ready()
+        self.buffers.release()
+
+    def background_comm(self, comm: Communicator) -> Communicator:
+        """Collective: the background communicator of node-local saves, made at the first
+        such save and made anew by all after one failed anywhere (its collectives may
+        be out of step)."""
+        if any(comm.all_gather(self.comm is None)):
+            self.comm = comm.background()
+        assert self.comm is not None
+        return self.comm
+
+
 def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
           comm: Communicator | None = None,
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
-          graph: dict | None = None, metadata: dict | None = None) -> PendingSave:
-    """``write`` in the background: returns once every value is copied aside into
-    staging buffers (one host copy of the state, pinned for device values, kept
-    for the next save: ``pyckpt.device.release_staging_memory()`` frees it). Multi-worker and
-    sharded saves run their collectives in the caller's thread, so they are saved
-    blocking and the handle comes back finished. ``progress`` is refused: its
-    monitor lives in the caller's context, which a background save outlives."""
+          graph: dict | None = None, metadata: dict | None = None,
+          node_local: int | None = None, keep: Background | None = None,
+          then: Callable[[BaseException | None], Any] | None = None) -> PendingSave:
+    """``write`` in the background, in every mode: returns once every value is copied
+    aside into staging buffers (one host copy of the state, pinned for device values;
+    ``keep``'s, else the process-wide ones kept for the next save:
+    ``pyckpt.device.release_staging_memory()`` frees them). With several workers (or
+    sharded values) every worker calls it at the same point: the collectives that
+    plan the save run here, and the background part talks through the store only
+    (docs/PROTOCOL.md section 6b); a node-local save's background part runs its
+    collectives on ``keep``'s background communicator (section 7b), and is saved
+    blocking where the communicator cannot make one. ``then(error)`` runs in the
+    background thread once the save ended (its error becomes the save's).
+    ``progress`` is refused: its monitor lives in the caller's context, which a
+    background save outlives."""
     if progress is not None:
         raise ValueError("progress= cannot be combined with blocking=False (yet): poll "
                          "the returned handle's done() instead")
     shown = str(path.__fspath__()) if hasattr(path, "__fspath__") else str(path)
-    handle = PendingSave(shown)
-    comm = resolve_comm(comm)
-    if (comm is not None and comm.world_size > 1) or any(
-            isinstance(it.obj, (ShardedArray, PerWorker)) for it in items):
-        handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
-                                  progress=progress, tree=tree, graph=graph, metadata=metadata))
-        return handle
     store, p = resolve(path, storage_options)
+    comm, multi = _mode(items, comm)
+    if multi and node_local is not None and not (comm and comm.background_capable):
+        handle = PendingSave(shown)
+        handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
+                                  tree=tree, graph=graph, metadata=metadata,
+                                  node_local=node_local), then)
+        return handle
+    if keep is not None:
+        get, release = keep.get, None
+    else:
+        buffers, release = lease_shared()
+        get = buffers.get
     keys = [it.key for it in items]
     live = [it.array for it in items]
-    buffers, done = lease_shared()  # kept for the next save (pinned for device values)
     try:
-        work = stage(store, p, keys, live, buffers.get(keys, live), graph=graph, tree=tree,
-                     metadata=metadata)
+        if multi:
+            assert comm is not None
+            work, cleanup = _start_multi(comm, store, p, items, get, tree=tree, graph=graph,
+                                         metadata=metadata, node_local=node_local, keep=keep)
+        else:
+            work, cleanup = stage(store, p, keys, live, get(keys, live), graph=graph,
+                                  tree=tree, metadata=metadata), None
     except BaseException:
-        done()
+        if release is not None:
+            release()
         raise
+    return PendingSave(shown, work, then=then, release=release, cleanup=cleanup)
+
+
+def _mode(items: Sequence[Item], comm: Communicator | None) -> tuple[Communicator | None, bool]:
+    """The communicator of a save of ``items`` and whether it is a multi-worker save
+    (several workers, or sharded values: blocks and per-worker rows are checked and
+    assembled like a multi-worker save)."""
+    comm = resolve_comm(comm)
+    sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
+    if comm is None and sharded:
+        comm = SingleComm()
+    return comm, comm is not None and (comm.world_size > 1 or sharded)
+
+
+def _start_multi(comm: Communicator, store: Store, path: str, items: Sequence[Item],
+                 get: Callable[[list[str], list[Any]], list[np.ndarray]], *, tree: Any,
+                 graph: dict | None, metadata: dict | None, node_local: int | None,
+                 keep: Background | None) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+    """Collective, in the caller's thread: stages this worker's values and plans the
+    save with the others; returns the background part and what removes a failed
+    attempt's files (rank 0's job; node-local: every worker's, in its own directory)."""
+    keys = [it.key for it in items]
+    live = [it.array for it in items]
+    objs = [it.obj for it in items]
+
+    def staged() -> list[tuple[str, Any]]:
+        bufs = get(keys, live)
+        stage_values(live, bufs)
+        return list(zip(keys, background.planned(objs, bufs)))
+
+    if node_local is None:
+        bg = background.prepare(comm, store, path, staged, tree=tree, graph=graph,
+                                metadata=metadata)
+        lead = comm.rank == 0
+        return bg.run, ((lambda: background.discard(store, path, bg.attempt)) if lead else None)
+    keep = keep or Background()
+    channel = keep.background_comm(comm)
+    nl = NodeLocalSave(channel, store, path, plan_save(comm, store, path, staged, None, DEFAULT),
+                       graph=graph, replicate=node_local, options=DEFAULT)
 
     def run() -> None:
         try:
-            work()
-        finally:
-            done()
+            nl.run()
+        except BaseException:
+            keep.comm = None  # its collectives may be out of step: made anew by all
+            raise
 
-    threading.Thread(target=handle._run, args=(run,), name="pyckpt-save",
-                     daemon=False).start()  # not a daemon: a pending save finishes at exit
-    return handle
+    return run, lambda: background.discard(store, path, nl.attempt)
 
 
 @contextlib.contextmanager

@@ -1,9 +1,11 @@
 """Opening a path as a checkpoint source: the one way in for every read
 (``load``, ``load_checkpoint``, ``Checkpoint.restore``, the CLI).
 
-A format registers a detector and an opener; ``open_source`` asks the
-registered formats in order and falls back to pyckpt's own format. Formats
-implement ``pyckpt.format.source.CheckpointSource``::
+A run directory is resolved to its latest checkpoint first (``engine.run.latest``:
+pyckpt's or TensorFlow's, by the directory's state), so that formats only ever
+see checkpoint paths. Then a format registers a detector and an opener;
+``open_source`` asks the registered formats in order and falls back to pyckpt's
+own format. Formats implement ``pyckpt.format.source.CheckpointSource``::
 
     register_format("safetensors", detect=..., open=...)
 
@@ -16,13 +18,15 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
+from .engine import run
 from .engine.options import DEFAULT, IOOptions
 from .engine.reader import OpenCheckpoint
+from .format import INDEX_NAME
 from .format.source import CheckpointSource
 from .interop import safetensors, tensorflow
 from .storage import Store, resolve
 
-__all__ = ["CheckpointSource", "open_source", "register_format"]
+__all__ = ["CheckpointSource", "open_source", "register_format", "checkpoint_path"]
 
 
 class _Format(NamedTuple):
@@ -50,10 +54,21 @@ def open_source(path: Any, storage_options: dict | None = None,
         return path
     plain = os.fspath(path) if isinstance(path, os.PathLike) else path
     store, p = resolve(plain, storage_options)
+    p = checkpoint_path(store, p)
     for fmt in _FORMATS:
         if fmt.detect(store, p):
             return fmt.open(store, p)
     return OpenCheckpoint.open(store, p, options)
+
+
+def checkpoint_path(store: Store, path: str) -> str:
+    """``path`` itself, or for a run directory (a directory that is no pyckpt checkpoint)
+    its latest checkpoint of any format; a directory without one stays as it is (the
+    opener says what it holds)."""
+    if store.exists(store.join(path, INDEX_NAME)) or not store.isdir(path):
+        return path
+    latest = run.latest(store, path)
+    return path if latest is None else latest
 
 
 register_format("safetensors", safetensors.detect, safetensors.SafetensorsFile)

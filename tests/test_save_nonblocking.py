@@ -3,12 +3,15 @@ once the values are copied aside; values changed afterwards never reach that
 checkpoint; errors surface at ``wait()``."""
 
 import errno
+import os
+import time
 
 import numpy as np
 import pytest
 
 import pyckpt
 from pyckpt.saving import PendingSave
+from pyckpt.testing.thread_comm import ThreadGroup
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
@@ -53,3 +56,79 @@ def test_progress_with_blocking_false_is_refused(tmp_path):
     with pytest.raises(ValueError, match="blocking=False"):
         pyckpt.save({"w": np.ones(3)}, str(tmp_path / "ck"), blocking=False,
                     progress=lambda done, total: None)
+
+
+def _slow_commits(monkeypatch, seconds):
+    import pyckpt.engine.writer as writer
+    real = writer.commit
+
+    def slow(*a, **k):
+        time.sleep(seconds)
+        return real(*a, **k)
+
+    monkeypatch.setattr(writer, "commit", slow)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_several_workers_return_before_the_commit(tmp_path, monkeypatch, world):
+    """With several workers the collectives run in the call and the rest in the
+    background (docs/PROTOCOL.md section 6b), as the manager's async saves do."""
+    _slow_commits(monkeypatch, 0.5)
+    path = str(tmp_path / "ck")
+
+    def body(comm):
+        state = {"rows": pyckpt.PerWorker(np.full((2, 1000), float(comm.rank))),
+                 "w": np.arange(50_000, dtype=np.float32)}
+        t = time.perf_counter()
+        h = pyckpt.save(state, path, comm=comm, blocking=False)
+        took = time.perf_counter() - t
+        running = not h.done()
+        state["w"] += 1  # the values change at once: the checkpoint keeps the call's
+        state["rows"].value[...] = -1
+        return took, running, h.wait(timeout=60)
+
+    results = ThreadGroup(world).run(body)
+    for r in results:
+        assert not isinstance(r, BaseException), r
+    assert all(running and took < 0.5 and got == path for took, running, got in results)
+    out = pyckpt.load(path, as_numpy=True)
+    np.testing.assert_array_equal(out["w"], np.arange(50_000, dtype=np.float32))
+    rows = out["rows"]
+    np.testing.assert_array_equal(rows.reshape(world, 2000),
+                                  np.repeat(np.arange(world, dtype=float), 2000).reshape(world, -1))
+    assert sorted(os.listdir(path)) == sorted(
+        n for n in os.listdir(path) if n.startswith("data-") or n == "pyckpt.index")
+
+
+def test_several_workers_failed_commit_raises_on_every_worker(tmp_path, monkeypatch):
+    import pyckpt.engine.writer as writer
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer, "commit", full)
+    path = str(tmp_path / "ck")
+
+    def body(comm):
+        h = pyckpt.save({"w": np.ones(1000)}, path, comm=comm, blocking=False)
+        try:
+            h.wait(timeout=60)
+        except pyckpt.CheckpointError as e:
+            return e
+        return None
+
+    errors = ThreadGroup(2).run(body)
+    assert all(isinstance(e, pyckpt.CheckpointError) and "No space left" in str(e)
+               for e in errors), errors
+    with pytest.raises(pyckpt.CheckpointNotFoundError):
+        pyckpt.load(path)
+
+
+def test_sharded_values_of_one_process_are_saved_in_the_background(tmp_path, monkeypatch):
+    _slow_commits(monkeypatch, 0.5)
+    full = np.arange(40.0).reshape(8, 5)
+    block = pyckpt.ShardedArray(full[2:6].copy(), global_shape=(4, 5), offsets=(0, 0))
+    h = pyckpt.save({"s": block}, str(tmp_path / "ck"), blocking=False)
+    assert not h.done()
+    assert h.wait(timeout=60) == str(tmp_path / "ck")
+    np.testing.assert_array_equal(pyckpt.load(str(tmp_path / "ck"))["s"], full[2:6])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import threading
 import traceback
@@ -211,12 +210,6 @@ def printable(text: Any) -> str:
         return text
     return "".join("\\\\" if c == "\\" else c if c.isprintable() else repr(c)[1:-1]
                    for c in text)
-
-
-def natural_key(text: str) -> tuple:
-    """Sort key that orders the numbers inside strings by value: ``w/2`` before ``w/10``."""
-    parts = re.split(r"(\d+)", text)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), text
 
 
 def progress_bar(args: argparse.Namespace, desc: str) -> tuple[Callable[[int, int], None] | None,

@@ -10,62 +10,33 @@ from __future__ import annotations
 
 import argparse
 
-from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError
-from ..format import INDEX_NAME
-from ..interop import safetensors as st
-from ..interop import tensorflow as tfio
-from ..storage import resolve
+from ..transfer import (is_safetensors_path, occupied, target_format, tensorflow_source,
+                        transfer)
 from .common import (StoreProblem, add_output_options, add_storage_options, emit_json, fail,
                      parse_options, progress_bar, reach, report_error)
 
 
-def _target(args: argparse.Namespace) -> tuple[str, str]:
-    """(format of DST, DST): ``--format``, else ``.safetensors`` and ``.index`` endings
-    (``run/ckpt-5.index`` means the TensorFlow prefix ``run/ckpt-5``), else pyckpt."""
-    fmt = args.format
-    dst = args.dst
-    if fmt == "auto":
-        fmt = ("safetensors" if st.is_safetensors_path(dst)
-               else "tf" if dst.endswith(".index") else "pyckpt")
-    if fmt == "tf" and dst.endswith(".index"):
-        dst = dst[:-len(".index")]
-    return fmt, dst
-
-
-def _occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
-    """What at ``dst`` a copy would replace (a committed checkpoint, a file), or None."""
-    store, path = resolve(dst, options)
-    if fmt == "tf":
-        return (f"{store.url(path)} is already a TensorFlow checkpoint"
-                if store.exists(path + ".index") else None)
-    if st.is_safetensors_path(dst):
-        return f"{store.url(path)} already exists" if store.exists(path) else None
-    if store.exists(store.join(path, INDEX_NAME)):
-        return f"{store.url(path)} already holds a committed checkpoint"
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt cp``: copies SRC to DST, or converts when either is a ``.safetensors``
-    file or a TensorFlow checkpoint (``_target``: how DST's format is chosen); refuses to replace a committed checkpoint (or a file) at DST unless
+    file or a TensorFlow checkpoint (``transfer.target_format``: how DST's format is chosen); refuses to replace a committed checkpoint (or a file) at DST unless
     ``--force``; returns the exit status (1 on failure). ``--src-storage-option`` and
     ``--dst-storage-option`` add to (and override) ``--storage-option`` on their side."""
     both = parse_options(args.storage_option) or {}
     src_opts = {**both, **(parse_options(args.src_storage_option) or {})} or None
     dst_opts = {**both, **(parse_options(args.dst_storage_option) or {})} or None
-    fmt, dst = _target(args)
-    if st.is_safetensors_path(args.src) and fmt == "safetensors":
+    fmt, dst = target_format(args.dst, args.format)
+    if is_safetensors_path(args.src) and fmt == "safetensors":
         return fail("copy safetensors files with any file tool; pyckpt cp converts formats")
     try:
         reach(args, args.src, src_opts)
         reach(args, dst, dst_opts)
         if not args.force:
-            there = _occupied(dst, dst_opts, fmt)
+            there = occupied(dst, dst_opts, fmt)
             if there is not None:
                 return fail(f"cp: {there}; pass --force to replace it")
         # a TensorFlow SRC (a prefix, or a run directory whose latest is one) converts
-        source = tfio.tensorflow_source(args.src, src_opts)
+        source = tensorflow_source(args.src, src_opts)
         if source is not None and fmt == "safetensors":
             return fail("cp: safetensors cannot hold a TensorFlow checkpoint's string tensors "
                         "and object graph: convert it to pyckpt's format (or --format tf)")
@@ -73,20 +44,8 @@ def run(args: argparse.Namespace) -> int:
         return report_error(args, e, "cp failed: ")
     callback, close = progress_bar(args, "copy")
     try:
-        if fmt == "tf":
-            tfio.from_checkpoint(source if source is not None else args.src, dst,
-                                 src_options=src_opts, dst_options=dst_opts, progress=callback)
-        elif source is not None:
-            tfio.to_checkpoint(source, dst, dst_options=dst_opts, progress=callback)
-        elif st.is_safetensors_path(args.src):
-            st.to_checkpoint(args.src, dst, src_options=src_opts, dst_options=dst_opts,
-                             progress=callback)
-        elif fmt == "safetensors":
-            st.from_checkpoint(args.src, dst, src_options=src_opts, dst_options=dst_opts,
-                               progress=callback)
-        else:
-            copy_checkpoint(args.src, dst, src_options=src_opts, dst_options=dst_opts,
-                            progress=callback)
+        transfer(args.src, dst, fmt, source=source, src_options=src_opts,
+                 dst_options=dst_opts, progress=callback)
     except (CheckpointError, OSError, TypeError, ValueError) as e:
         return report_error(args, e, "cp failed: ")
     finally:

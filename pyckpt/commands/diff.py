@@ -10,7 +10,8 @@ import numpy as np
 
 from .. import progress as _progress
 from ..checkpoint_reader import load_checkpoint
-from .common import (add_output_options, add_storage_options, emit_json, natural_key,
+from ..runs import natural_key
+from .common import (add_output_options, add_storage_options, emit_json,
                      parse_options, progress_bar, reach)
 
 

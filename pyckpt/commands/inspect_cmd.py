@@ -12,7 +12,8 @@ import numpy as np
 from .. import progress as _progress
 from .._dtypes import dtype_name
 from ..checkpoint_reader import load_checkpoint
-from .common import (add_output_options, add_storage_options, emit_json, human, natural_key,
+from ..runs import natural_key
+from .common import (add_output_options, add_storage_options, emit_json, human,
                      parse_options, printable, progress_bar, reach)
 
 

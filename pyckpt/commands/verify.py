@@ -8,16 +8,15 @@ import argparse
 
 from .. import progress as _progress
 from ..checkpoint_reader import load_checkpoint
-from ..engine import attempts
+from ..runs import sweep_orphans
 from ..errors import CheckpointError
-from ..storage import resolve
 from .common import (StoreProblem, add_output_options, add_storage_options, describe_error,
                      emit_json, parse_options, progress_bar, reach, report_error)
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``pyckpt verify``: reads every byte and checks every checksum, then with
-    ``--fix`` removes orphaned data files (``attempts.sweep``); returns 0, or 1 after
+    ``--fix`` removes orphaned data files (``runs.sweep_orphans``); returns 0, or 1 after
     reporting the first failure."""
     removed: list[str] = []
     try:
@@ -31,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             close()
         if args.fix and reader.source.format == "pyckpt":  # attempts are pyckpt's only
-            removed = attempts.sweep(*resolve(reader.path, options))
+            removed = sweep_orphans(reader.path, options)
     except (CheckpointError, OSError, StoreProblem) as e:
         if args.json:
             emit_json({"path": args.path, "ok": False, "error": describe_error(e, args)})

@@ -24,7 +24,7 @@ from . import naming
 from .read_executor import read_window
 from .reader import OpenCheckpoint, open_checkpoint
 from . import writer
-from .commit import abandon
+from .commit import abandon, read_previous
 
 WINDOW = 64 << 20
 
@@ -89,6 +89,29 @@ def copy_file(ck: Any, f: int, store: Any, dst: str,
     # no streamed file object of a remote store is ever left open
     write_stream(store, dst, ck.manifest.files[f].size,
                  lambda: _verified(ck, f, window, on_bytes))
+
+
+def copy_files(source: Any, source_options: dict | None, store: Any, dst: str,
+               which: Callable[[str], bool], on_bytes: Callable[[int], Any] | None = None,
+               window: int = WINDOW) -> None:
+    """Copies the data files of the committed checkpoint ``source`` that ``which(name)``
+    picks into the directory ``dst`` of ``store``, under the same names, every chunk
+    checked (a multi-worker persist: each worker uploads its own files; the commit is
+    ``commit_copied``'s, once all are there)."""
+    ck = open_checkpoint(source, source_options)
+    store.makedirs(dst)
+    for f, file in enumerate(ck.manifest.files):
+        if which(file.name):
+            copy_file(ck, f, store, store.join(dst, file.name), on_bytes, window=window)
+
+
+def commit_copied(src_store: Any, src: str, store: Any, dst: str) -> None:
+    """Commits at ``dst`` the index of the checkpoint at ``src``, whose data files were
+    copied there under their names (``copy_files``)."""
+    manifest = read_previous(src_store, src)
+    if manifest is None:
+        raise CheckpointError(f"the index of {src_store.url(src)} is gone")
+    writer.commit(writer.Commit(store, dst, manifest, delete_replaced=False, sweep=False))
 
 
 def read_data_files(store: Any, path: str, manifest: Manifest,

@@ -209,14 +209,21 @@ class Checkpoint(Trackable):
         return f"<pyckpt.Checkpoint {names}>"
 
 
+def graph_items(root: Any) -> tuple[list[saving.Item], dict]:
+    """The values tracked from ``root`` as ``saving.Item`` s, and the object graph (the
+    JSON the index records)."""
+    live = traverse(root)
+    items = [saving.Item(key, live.array_of(n), live.objects[n])
+             for key, n in zip(live.value_keys(), live.values)]
+    return items, live.to_json()
+
+
 def write_graph(root: Any, path: Any, *, storage_options: dict | None = None,
                 metadata: dict | None = None, comm: Communicator | None = None,
                 progress: Callable[[int, int], Any] | None = None,
                 node_local: int | None = None) -> None:
     """Writes every value tracked from ``root`` and the object graph at ``path``
     (``Checkpoint.write``; ``node_local``: see ``saving.write``)."""
-    live = traverse(root)
-    items = [saving.Item(key, live.array_of(n), live.objects[n])
-             for key, n in zip(live.value_keys(), live.values)]
+    items, graph = graph_items(root)
     saving.write(items, path, storage_options=storage_options, comm=comm, progress=progress,
-                 graph=live.to_json(), metadata=metadata, node_local=node_local)
+                 graph=graph, metadata=metadata, node_local=node_local)

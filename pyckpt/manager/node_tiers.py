@@ -32,28 +32,24 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from ..engine.copy import commit_copied, copy_files
+from ..errors import CheckpointError, add_note
 from ..workers import node_local
 from ..workers.comm import Communicator, comm_scope
-from ..engine import writer
-from ..engine.commit import read_previous
-from ..engine.copy import copy_file
-from ..engine.reader import open_checkpoint
-from ..engine.run import parse_step
-from ..errors import CheckpointError, add_note
 from .tiers import Tiers
 
 PERSIST_WINDOW = 16 << 20  # the upload checks for a save to yield to this often
 SKIPPED = "skipped"  # an upload's status when its local save failed
 
 if TYPE_CHECKING:
-    from .manager import CheckpointManager
+    from .keeper import RunKeeper
 
 
 class NodeTiers(Tiers):
     """``Tiers`` of a multi-worker job (see the module doc). Every method that talks
     to the other workers is called by all of them, in the same order."""
 
-    def __init__(self, local: "CheckpointManager", durable: "CheckpointManager",
+    def __init__(self, local: "RunKeeper", durable: "RunKeeper",
                  persist_every: int | None, persist_interval_seconds: float | None,
                  comm: Communicator) -> None:
         super().__init__(local, durable, persist_every, persist_interval_seconds)
@@ -84,28 +80,24 @@ class NodeTiers(Tiers):
         name = url.rstrip("/").rsplit("/", 1)[-1]
         self._since = 0
         self._last_start = self._clock()
-        self.local._pinned.add(name)
-        self._inflight = (name, parse_step(name, self.local._name) or 0, None)
+        self.local.pin(name)
+        self._inflight = (name, self.local.step_of(name), None)
         self._upload_error = None
         rank = self.comm.rank
 
         def run() -> None:
-            self.local._async.join()  # an async local save: its error stays there
-            entry = next((e for e in self.local._state.active + self.local._state.preserved
-                          if e.name == name), None)
+            self.local.join()  # an async local save: its error stays there
+            entry = self.local.entry(name)
             if entry is None:  # the local save failed (on every worker): nothing to persist
                 self._upload_error = SKIPPED
                 return
             self._inflight = (name, entry.step, entry.metrics)
             try:
-                ck = open_checkpoint(self.local._url(name), self.local._storage_options)
-                dstore = self.durable._store
-                dpath = dstore.join(self.durable._dir, name)
-                dstore.makedirs(dpath)
-                for f, file in enumerate(ck.manifest.files):
-                    if node_local.writer_rank(file.name) == rank:
-                        copy_file(ck, f, dstore, dstore.join(dpath, file.name),
-                                  self.yield_to_saves, window=PERSIST_WINDOW)
+                d = self.durable
+                copy_files(self.local.url(name), self.local.storage_options, d.store,
+                           d.store.join(d.path, name),
+                           lambda file: node_local.writer_rank(file) == rank,
+                           self.yield_to_saves, window=PERSIST_WINDOW)
             except BaseException as e:  # noqa: BLE001 - reported at the next settle
                 self._upload_error = f"{type(e).__name__}: {e}"
 
@@ -131,7 +123,7 @@ class NodeTiers(Tiers):
         self.join()
         name, number, metrics = self._inflight
         self._inflight = None
-        self.local._pinned.discard(name)
+        self.local.unpin(name)
         if SKIPPED in statuses:  # its local save failed: reported by that save, due again
             self._since = self._every or 0
             self._last_start = float("-inf")
@@ -143,7 +135,7 @@ class NodeTiers(Tiers):
         outcome = self.comm.broadcast(outcome)
         if outcome is None:
             if self.comm.rank != 0:
-                self.durable._record(name, number, metrics, write=False)
+                self.durable.record(name, number, metrics, write=False)
             return
         self._since = self._every or 0  # due again at the next save
         self._last_start = float("-inf")
@@ -157,42 +149,29 @@ class NodeTiers(Tiers):
         """Rank 0: commits the uploaded checkpoint (the index of its local copy) in the
         durable tier and records it; on any failure removes what was uploaded. Returns
         the error text, or None."""
-        d = self.durable
-        dpath = d._store.join(d._dir, name)
+        d, local = self.durable, self.local
         if failed:
-            _remove_uncommitted(d, dpath)
+            d.remove_uncommitted(name)
             return "\n".join(failed)
-        d._store.makedirs(d._dir)
-        d._begin_writing()
         try:
-            manifest = read_previous(self.local._store, self.local._store.join(
-                self.local._dir, name))
-            if manifest is None:
-                raise CheckpointError(f"the local index of {name} is gone")
-            writer.commit(writer.Commit(d._store, dpath, manifest, delete_replaced=False,
-                                        sweep=False))
-            if not d._cleaned:
-                d._cleanup_leftovers()
-                d._cleaned = True
-            d._record(name, number, metrics)
+            d.adopt(name, number, metrics, lambda path: commit_copied(
+                local.store, local.store.join(local.path, name), d.store, path))
             return None
         except BaseException as e:  # noqa: BLE001 - reported to every worker
-            _remove_uncommitted(d, dpath)
+            d.remove_uncommitted(name)
             return f"rank 0 (commit): {type(e).__name__}: {e}"
-        finally:
-            d._lease.end()
 
     def flush(self) -> None:
         """Collective: waits for the persist in flight and commits it; then persists the
         newest local checkpoint if one came due meanwhile. Raises the error of either."""
         self.settle(block=True)
         self.raise_error()
-        latest = self.local._state.latest
-        durable = {e.name for e in self.durable._state.active + self.durable._state.preserved}
-        due = latest is not None and self._since > 0 and self._due() and latest not in durable
+        latest = self.local.latest_name
+        due = (latest is not None and self._since > 0 and self._due()
+               and self.durable.entry(latest) is None)
         name = self.comm.broadcast(latest if due else None)  # rank 0 decides for all
         if name is not None:
-            self.start(self.local._url(name))
+            self.start(self.local.url(name))
             self.settle(block=True)
             self.raise_error()
 
@@ -203,58 +182,44 @@ class NodeTiers(Tiers):
         them), unless the durable tier holds a newer one; falls back to the durable
         tier's checkpoints, newest first. Returns the path restored, or None."""
         comm, local = self.comm, self.local
-        local._state = local._recover()
-        names = [e.name for e in local._state.active + local._state.preserved]
-        invs = comm.all_gather(node_local.inventory(local._store, local._dir, names))
-        order = sorted({n for inv in invs for n in inv},
-                       key=lambda n: -(parse_step(n, local._name) or 0))
+        local.wait_until_finished()
+        local.reload()
+        invs = comm.all_gather(node_local.inventory(local.store, local.path,
+                                                    [e.name for e in local.entries()]))
+        order = sorted({n for inv in invs for n in inv}, key=lambda n: -local.step_of(n))
         chosen = node_local.restore_plan(invs, order, comm.world_size)
-        durable = sorted(self.durable._state.active + self.durable._state.preserved,
-                         key=lambda e: -e.step)
-        errors = []
-        newest_durable = durable[0].step if durable else -1
-        if chosen is not None and (parse_step(chosen, local._name) or 0) >= newest_durable:
-            url = local._url(chosen)
-            problem = None
-            try:
-                node_local.fetch_missing(comm, local._store, local._store.join(local._dir, chosen),
+        durable = sorted(self.durable.entries(), key=lambda e: -e.step)
+        errors: list[str] = []
+        if chosen is not None and local.step_of(chosen) >= (durable[0].step if durable else -1):
+            def fetch() -> None:  # the files this node lacks, from the nodes holding them
+                node_local.fetch_missing(comm, local.store, local.store.join(local.path, chosen),
                                          chosen, invs)
-                # every value read is checked; a failure anywhere sends every worker to
-                # the durable tier, whose restore assigns every value again
-                with comm_scope(comm):
-                    checkpoint.restore(url, storage_options=local._storage_options)
-            except (CheckpointError, OSError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            problems = comm.all_gather(problem)
-            if all(p is None for p in problems):
-                local._state = local._recover()
-                return url
-            errors += [f"{chosen} (local tier) on rank {r}: {p}" for r, p in enumerate(problems)
-                       if p is not None]
+            if self._restore_together(checkpoint, local, chosen, errors, fetch):
+                local.reload()
+                return local.url(chosen)
             warnings.warn(f"cannot restore {chosen} from the local tiers ({'; '.join(errors)}); "
                           "trying the durable tier", stacklevel=3)
         for e in durable:
-            url = self.durable._url(e.name)
-            problem = None
-            try:
-                with comm_scope(comm):
-                    checkpoint.restore(url, storage_options=self.durable._storage_options)
-            except (CheckpointError, OSError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            problems = comm.all_gather(problem)
-            if all(p is None for p in problems):
-                return url
-            errors += [f"{url} on rank {r}: {p}" for r, p in enumerate(problems) if p is not None]
+            if self._restore_together(checkpoint, self.durable, e.name, errors):
+                return self.durable.url(e.name)
         if errors:
             raise CheckpointError("no checkpoint of either tier could be restored:\n"
                                   + "\n".join(errors))
         return None
 
-
-def _remove_uncommitted(d: "CheckpointManager", path: str) -> None:
-    """Best effort: removes an uploaded checkpoint directory that was not committed."""
-    try:
-        if read_previous(d._store, path) is None:
-            d._store.rmtree(path)
-    except OSError:
-        pass
+    def _restore_together(self, checkpoint: Any, keeper: "RunKeeper", name: str,
+                          errors: list[str], fetch: Any = None) -> bool:
+        """Collective: every worker restores ``name`` of ``keeper`` (after ``fetch()``);
+        False, with every worker's error added to ``errors``, when that failed anywhere.
+        Every value read is checked; the next checkpoint tried assigns every value again."""
+        url, problem = keeper.url(name), None
+        try:
+            if fetch is not None:
+                fetch()
+            with comm_scope(self.comm):
+                checkpoint.restore(url, storage_options=keeper.storage_options)
+        except (CheckpointError, OSError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        problems = self.comm.all_gather(problem)
+        errors += [f"{url} on rank {r}: {p}" for r, p in enumerate(problems) if p is not None]
+        return all(p is None for p in problems)

@@ -2,9 +2,10 @@
 save goes to a fast local directory; some of them are then copied, in the
 background, to the durable directory (S3, GCS, any store).
 
-Two ``CheckpointManager`` objects do the work, one per tier, each with its own
-state file, writer lease and retention; this module only decides which local
-checkpoint to persist and when, runs the copy, and merges what both tiers hold.
+Two run-directory keepers (``keeper.RunKeeper``) do the work, one per tier, each
+with its own state file, writer lease and retention, driven through their public
+methods; this module only decides which local checkpoint to persist and when,
+runs the copy, and merges what both tiers hold.
 
 Persist sequence (one background thread, at most one persist in flight):
  1. ``save`` commits ``<name>-<N>`` in the local tier (blocking or async, as any
@@ -36,10 +37,11 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..checkpoint_reader import load_checkpoint
+from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError, CorruptCheckpointError, add_note
 
 if TYPE_CHECKING:
-    from .manager import CheckpointManager
+    from .keeper import RunKeeper
 
 _LIVE: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
 
@@ -54,10 +56,11 @@ def _finish_persists() -> None:  # a persist in flight at exit still commits
 
 
 class Tiers:
-    """The local and the durable manager of one tiered ``CheckpointManager``, and
-    the background persist between them (see the module doc)."""
+    """The local and the durable keeper of one tiered ``CheckpointManager``, and
+    the background persist between them (see the module doc). It answers the calls
+    of a ``CheckpointManager`` as one keeper does."""
 
-    def __init__(self, local: "CheckpointManager", durable: "CheckpointManager",
+    def __init__(self, local: "RunKeeper", durable: "RunKeeper",
                  persist_every: int | None, persist_interval_seconds: float | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if persist_every is not None and persist_every < 1:
@@ -104,7 +107,7 @@ class Tiers:
         background part (``blocking=False``) included (bounded: a save that takes over
         10 minutes does not hold the persist)."""
         self._idle.wait(timeout=600)
-        self.local._async.join(timeout=600)
+        self.local.join(timeout=600)
 
     def before_save(self) -> None:
         """Called before each save: raises the error of a finished persist."""
@@ -124,7 +127,7 @@ class Tiers:
         name = url.rstrip("/").rsplit("/", 1)[-1]
         self._since = 0
         self._last_start = self._clock()
-        self.local._pinned.add(name)
+        self.local.pin(name)
 
         def run() -> None:
             try:
@@ -138,7 +141,7 @@ class Tiers:
                 with self._lock:
                     self._error = e
             finally:
-                self.local._pinned.discard(name)
+                self.local.unpin(name)
 
         # not a daemon: a persist in flight at interpreter exit completes
         self._thread = threading.Thread(target=run, name="pyckpt-persist")
@@ -146,25 +149,25 @@ class Tiers:
 
     def _persist(self, name: str) -> None:
         """The background part: wait for the local commit, then copy and record."""
-        self.local._async.join()  # an async local save in flight: its error stays there
-        entry = next((e for e in self.local._state.active + self.local._state.preserved
-                      if e.name == name), None)
-        if entry is None:  # the local save failed: the local manager reports it
+        self.local.join()  # an async local save in flight: its error stays there
+        entry = self.local.entry(name)
+        if entry is None:  # the local save failed: the local keeper reports it
             return
-        self.durable._persist_copy(self.local._url(name), name, entry.step, entry.metrics,
-                                   progress=self.yield_to_saves)
+        self.durable.adopt(name, entry.step, entry.metrics, lambda path: copy_checkpoint(
+            self.local.url(name), self.durable.store.url(path),
+            dst_options=self.durable.storage_options, progress=self.yield_to_saves))
 
     def flush(self) -> None:
         """Waits for the persist in flight; then persists the newest local checkpoint
         if a persist came due while that one ran (it was deferred), and waits again.
         Raises the error of either."""
         self.wait()
-        latest = self.local._state.latest
+        latest = self.local.latest_name
         if latest is None or not self._due() or self._since == 0:
             return
-        if latest in {e.name for e in self.durable._state.active + self.durable._state.preserved}:
+        if self.durable.entry(latest) is not None:
             return
-        self.start(self.local._url(latest))
+        self.start(self.local.url(latest))
         self.wait()
 
     def join(self) -> None:
@@ -186,14 +189,57 @@ class Tiers:
         self.join()
         self.raise_error()
 
+    # -- the calls of a CheckpointManager ---------------------------------------------
+    def save(self, checkpoint_number: Any = None, check_interval: bool = True,
+             blocking: bool = True, metrics: dict | None = None) -> str | None:
+        """Saves in the local tier; maybe persists in the background."""
+        self.before_save()
+        with self.saving():  # the persist in flight yields to this save
+            saved = self.local.save(checkpoint_number, check_interval, blocking, metrics)
+        if saved is not None:
+            self.after_save(saved)
+        return saved
+
+    @property
+    def directory(self) -> str:
+        return self.durable.directory
+
+    @property
+    def checkpoints(self) -> list[str]:
+        """Both tiers', by number, oldest first; at one number the durable copy first."""
+        return [c[2] for c in reversed(self.candidates())]
+
+    @property
+    def preserved_checkpoints(self) -> list[str]:
+        return self.durable.preserved_checkpoints
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        found = self.candidates()
+        return found[0][2] if found else None
+
+    def wait_until_finished(self) -> None:
+        """Waits for the local save and the persist in flight; raises their error."""
+        self.local.wait_until_finished()
+        self.flush()
+
+    def close(self) -> None:
+        try:
+            self.wait_until_finished()
+        finally:
+            try:
+                self.local.close()
+            finally:
+                self.durable.close()
+
     # -- both tiers -------------------------------------------------------------------
     def candidates(self) -> list[tuple[int, str, str]]:
         """(step, tier, url) of every checkpoint of both tiers, newest first; at one
         step the local copy comes first (it is faster to read)."""
         out = []
         for tier, m in (("local", self.local), ("durable", self.durable)):
-            for e in m._state.active + m._state.preserved:
-                out.append((e.step, tier, m._url(e.name)))
+            for e in m.entries():
+                out.append((e.step, tier, m.url(e.name)))
         out.sort(key=lambda c: (-c[0], c[1] != "local"))
         return out
 
@@ -201,10 +247,10 @@ class Tiers:
         """Restores the newest checkpoint of either tier that verifies; falls back to
         the next one (the other tier's copy first) when one is missing or corrupt.
         Returns its path, or None when no tier holds one."""
+        self.local.wait_until_finished()
         errors = []
         for _, tier, url in self.candidates():
-            options = self.local._storage_options if tier == "local" \
-                else self.durable._storage_options
+            options = (self.local if tier == "local" else self.durable).storage_options
             try:
                 if tier == "local":  # local reads are cheap: verify all before changing values
                     load_checkpoint(url, storage_options=options).verify()

@@ -56,7 +56,7 @@ from .comm import Communicator, WorkerTimeoutError
 from .plans import GlobalPlan, TensorPlan, WriteResult
 from .save import DistributedSaveError, _assemble, plan_save, write_part
 
-__all__ = ["BackgroundSave", "prepare", "planned", "discard", "part_name", "failed_name"]
+__all__ = ["BackgroundSave", "prepare", "planned", "agree", "discard", "part_name", "failed_name"]
 
 PART_PREFIX = "pyckpt-part-"
 FAILED_PREFIX = "pyckpt-failed-"
@@ -267,6 +267,18 @@ class BackgroundSave:
             return text if isinstance(text, str) else "(rank 0 reported a failure)"
         except (OSError, ValueError):
             return "(rank 0 reported a failure)"
+
+
+def agree(comm: Communicator, name: str, fits: bool) -> bool:
+    """Collective, before an async save: every worker saves the same checkpoint
+    ``name`` (else ValueError on all), and in the background only if it ``fits`` on
+    every worker."""
+    views = comm.all_gather((name, bool(fits)))
+    names = sorted({v[0] for v in views})
+    if len(names) > 1:
+        raise ValueError(f"the workers would save different checkpoints ({', '.join(names)}): "
+                         "their save counters or checkpoint_number differ")
+    return all(v[1] for v in views)
 
 
 def discard(store: Store, path: str, attempt: str) -> None:

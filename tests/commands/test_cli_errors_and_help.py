@@ -22,7 +22,8 @@ import pytest
 import pyckpt
 from pyckpt.testing.terminal import run_on_terminal
 from pyckpt.cli import build_parser
-from pyckpt.commands.common import explain, natural_key
+from pyckpt.commands.common import explain
+from pyckpt.runs import natural_key
 
 
 def _cmd(*args):

@@ -137,12 +137,12 @@ def test_staging_buffers_get_reuses_and_shrinks(fake_device):
 def test_manager_pins_its_buffers_at_creation_and_frees_them_on_close(fake_device, tmp_path):
     w = tensor((256, 8), seed=4, key="w")
     m = pyckpt.CheckpointManager(pyckpt.Checkpoint(w=w), tmp_path)
-    m._async._join_warming()
+    m._keeper.background.ready()
     assert fake_device.host_allocs == 1  # before any save
-    assert m._async.staging.pinned_bytes >= w._data.nbytes
+    assert m._keeper.background.buffers.pinned_bytes >= w._data.nbytes
     m.save(blocking=False)
     m.save(blocking=False)
     m.wait_until_finished()
     assert fake_device.host_allocs == 1  # the warm buffers served both saves
     m.close()
-    assert m._async.staging.pinned_bytes == 0
+    assert m._keeper.background.buffers.pinned_bytes == 0

@@ -86,11 +86,11 @@ def test_staging_buffers_are_reused(tmp_path):
     v = pyckpt.Variable(np.zeros(100_000))
     m = pyckpt.CheckpointManager(pyckpt.Checkpoint(v=v), tmp_path)
     m.save(blocking=False)
-    buf = m._async.staging._host[KEY]
+    buf = m._keeper.background.buffers._host[KEY]
     m.wait_until_finished()
     v.assign(np.full(100_000, 2.0))
     p = m.save(blocking=False)
-    assert m._async.staging._host[KEY] is buf
+    assert m._keeper.background.buffers._host[KEY] is buf
     m.wait_until_finished()
     assert (pyckpt.load_variable(p, KEY) == 2).all()
 

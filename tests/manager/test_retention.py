@@ -174,7 +174,7 @@ def test_a_newer_manager_in_one_process_takes_the_directory_over(tmp_path):
     a.close()
     b.save()
     with pytest.raises(pyckpt.ConcurrentWriterError, match="taken over"):
-        a._lease.held = True  # a stale manager that still believes it owns the lease
+        a._keeper.lease.held = True  # a stale manager that still believes it owns the lease
         a.save()
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.manager import manager as manager_module
+from pyckpt.manager import keeper as manager_module
 
 
 # -- a guide-style training program: lazily built layer, slot variables, an iterator ---

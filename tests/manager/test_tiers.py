@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.manager import manager as manager_module
+from pyckpt.manager import tiers as manager_module
 from pyckpt.testing.crash import run_and_kill
 
 

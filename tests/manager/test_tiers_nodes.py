@@ -188,8 +188,8 @@ def test_failed_replica_write_commits_nothing_anywhere(tmp_path, monkeypatch):
 
 def test_failed_upload_is_reported_and_persisted_again(tmp_path, monkeypatch):
     base = str(tmp_path)
-    from pyckpt.manager import node_tiers
-    real = node_tiers.copy_file
+    from pyckpt.engine import copy as copies
+    real = copies.copy_file
     calls = {"n": 0}
 
     def flaky(ck, f, store, dst, *args, **kwargs):
@@ -198,7 +198,7 @@ def test_failed_upload_is_reported_and_persisted_again(tmp_path, monkeypatch):
             raise OSError(5, "connection reset")
         return real(ck, f, store, dst, *args, **kwargs)
 
-    monkeypatch.setattr(node_tiers, "copy_file", flaky)
+    monkeypatch.setattr(copies, "copy_file", flaky)
 
     def fn(comm):
         ck = _ck(comm.rank)
@@ -274,7 +274,7 @@ def test_async_saves_return_before_the_replicas_and_commit(tmp_path, monkeypatch
             m.save(blocking=False)  # settles ckpt-1 first; ckpt-2 is due to persist
             _set(ck, comm.rank, -2)
             m.wait_until_finished()
-            assert m._tiers.local._bg_comm is not None
+            assert m._tiers.local.background.comm is not None
             return ([os.path.basename(u) for u in m._tiers.local.checkpoints],
                     [os.path.basename(u) for u in m._tiers.durable.checkpoints])
     assert _run(fn) == [(["ckpt-1", "ckpt-2"], ["ckpt-2"])] * W
@@ -300,7 +300,7 @@ def test_failed_async_save_is_raised_on_every_worker_and_commits_nothing(tmp_pat
             m.save(blocking=False)
             with pytest.raises(CheckpointError, match="rank 3: OSError.*No space left"):
                 m.save(blocking=False)  # the next call raises it, on every worker
-            assert m._tiers.local._bg_comm is None  # made anew at the next async save
+            assert m._tiers.local.background.comm is None  # made anew at the next async save
             _set(ck, comm.rank, 2)
             m.save(blocking=False)
             m.wait_until_finished()

@@ -65,7 +65,7 @@ def main():
                 ck.mine.value[:] = -1.0
                 ck.step.assign(step)
         m.close()
-        out["background"] = m._tiers.local._bg_comm is not None  # async saves ran
+        out["background"] = m._tiers.local.background.comm is not None  # async saves ran
         out["durable"] = [u.rstrip("/").rsplit("/", 1)[-1] for u in m._tiers.durable.checkpoints]
         out["local"] = [u.rstrip("/").rsplit("/", 1)[-1] for u in m._tiers.local.checkpoints]
     except BaseException as e:  # noqa: BLE001 - reported to the test

@@ -86,7 +86,7 @@ def main():
                 mgr.save(blocking=False)
                 ck.mine.value[:] = -1  # staged: changes after save returns are not saved
             mgr.close()
-            assert mgr._tiers.local._bg_comm is not None, "the saves ran blocking"
+            assert mgr._tiers.local.background.comm is not None, "the saves ran blocking"
             ck.mine.value[:] = 0
             with pyckpt.CheckpointManager(ck, os.path.join(path, "durable"), comm=comm,
                                           local_dir=os.path.join(path, f"node{rank}"),

@@ -1,0 +1,308 @@
+"""One run directory's keeper: the numbered checkpoints ``<directory>/<name>-<N>``
+of a training run, their state file, the writer lease and retention (docs/API.md
+section 3). ``CheckpointManager`` is one keeper, or two composed by ``tiers.py``.
+
+A keeper numbers, leases, records and retires; ``saving`` writes and commits, in
+every mode (``saving.write`` blocking, ``saving.start`` in the background). Save
+sequence: the 7 steps of docs/PROTOCOL.md section 3, in short:
+ 1. wait for the previous background save (raising its error, if any; with
+    several workers they also agree on its outcome, so that all raise or none:
+    ``_settle``);
+ 2. skip the save (return None) while ``checkpoint_interval`` says so;
+ 3. take or renew the writer lease (a newer keeper of this process takes it over
+    from an older one, after that one's save in flight; a lease taken anew
+    re-reads the state file); on the first save, clean up leftovers of crashed
+    runs (uncommitted ``<name>-<N>`` directories, half-done deletions);
+ 4. bump ``save_counter``: the checkpoint is ``<name>-<N>`` (a number at or below
+    an existing checkpoint warns);
+ 5. write and commit ``<directory>/<name>-<N>`` (``blocking=False``: from a
+    staging copy made before returning; with several workers the collectives run
+    here and the background part talks through the store only: docs/PROTOCOL.md
+    section 6b);
+ 6. check the lease again and record it in the state file (atomic replace);
+ 7. apply retention: a checkpoint to delete is first marked ``deleting`` in the
+    state file, then its index is removed (it stops being a checkpoint), then
+    its files.
+The newest committed checkpoint is never deleted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+import weakref
+from typing import Any, Callable
+
+from .. import saving
+from ..device.staging import has_device_values
+from ..errors import add_note
+from ..graph.checkpoint import graph_items, write_graph
+from ..storage import resolve
+from ..workers import background
+from ..workers.comm import Communicator, comm_scope, resolve_comm
+from ..workers.save import DistributedSaveError
+from .lock import WriterLease
+from .records import Records
+
+_LIVE: "weakref.WeakSet[RunKeeper]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_pending_saves() -> None:  # an async save in flight at exit still commits
+    for k in list(_LIVE):
+        try:
+            k.join()
+        except BaseException:
+            pass
+        try:
+            k.lease.release()
+        except BaseException:  # storage clients may already be shut down at exit
+            pass
+
+
+class RunKeeper(Records):
+    """The checkpoints of one run directory (module doc). ``node_local=k``: a
+    multi-worker job's node-local tier, this worker's own directory, saved with k
+    replicas (workers/node_local.py)."""
+
+    def __init__(self, checkpoint: Any, directory: Any, max_to_keep: int | None = 5,
+                 keep_checkpoint_every_n_hours: float | None = None,
+                 checkpoint_name: str = "ckpt", step_counter: Any = None,
+                 checkpoint_interval: int | None = None,
+                 best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
+                 storage_options: dict | None = None, *, max_async_bytes: int | None = None,
+                 lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
+                 comm: Communicator | None = None, node_local: int | None = None) -> None:
+        store, path = resolve(directory, storage_options)
+        lease = WriterLease(store, path, lease_seconds, clock)
+        super().__init__(store, path, checkpoint_name, lease, max_to_keep=max_to_keep,
+                         every_n_hours=keep_checkpoint_every_n_hours, best_fn=best_fn,
+                         best_mode=best_mode, clock=clock, storage_options=storage_options)
+        self.checkpoint = checkpoint
+        self._step_counter = step_counter
+        self._interval = checkpoint_interval
+        self._max_async_bytes = max_async_bytes
+        self._comm = comm
+        self.node_local = node_local
+        self.background = saving.Background()  # staging buffers kept between saves
+        self._pending: saving.PendingSave | None = None
+        self._last_step: int | None = None
+        # multi-worker async saves (docs/PROTOCOL.md section 6b): whether one was started
+        # since the workers last agreed on the outcome; rank 0: the last commit
+        self._unsettled = False
+        self._last_commit: tuple[str, int, dict | None] | None = None
+        self._warm_staging()
+        _LIVE.add(self)
+
+    # -- saving ---------------------------------------------------------------------------
+    def save(self, checkpoint_number: Any = None, check_interval: bool = True,
+             blocking: bool = True, metrics: dict | None = None) -> str | None:
+        """Steps 1-7 (module doc): the new checkpoint's path, or None when skipped."""
+        comm = resolve_comm(self._comm)
+        multi = comm is not None and comm.world_size > 1
+        if comm is not None and multi and self._unsettled:
+            self._settle(comm)
+        else:
+            self.wait_until_finished()
+        if self._skipped(check_interval):
+            return None
+        if metrics is not None:
+            json.dumps(metrics, allow_nan=False)  # must be storable in the state file
+        # the coordinator keeps the state and retention (node-local: each worker its own)
+        lead = not multi or (comm is not None and comm.rank == 0) or self.node_local is not None
+        if lead:
+            self.store.makedirs(self.path)
+            self.begin_writing()
+        pending = None  # the lease's save-in-flight mark passes to the background save
+        try:
+            if lead and not self.cleaned:
+                self.cleanup_leftovers()
+            url, pending = self._save_numbered(checkpoint_number, metrics, blocking, comm,
+                                               multi, lead)
+            self._pending = pending
+            return url
+        finally:
+            if lead and pending is None:
+                self.lease.end()
+
+    def _skipped(self, check_interval: bool) -> bool:
+        """Step 2: whether ``checkpoint_interval`` says it is too soon."""
+        if self._interval is None:
+            return False
+        step = int(self._step_counter)
+        if self._last_step is not None:
+            if step == self._last_step or (check_interval
+                                           and step < self._last_step + self._interval):
+                return True
+        self._last_step = step
+        return False
+
+    def _save_numbered(self, checkpoint_number: Any, metrics: dict | None, blocking: bool,
+                       comm: Communicator | None, multi: bool,
+                       lead: bool) -> tuple[str, saving.PendingSave | None]:
+        """Steps 4-7: the path, and the handle of a background save (None: finished)."""
+        counter = self.checkpoint.save_counter
+        with saving.numbered(counter) as counted:  # a failure below gives the number back
+            number = int(checkpoint_number) if checkpoint_number is not None else counted
+            name = f"{self.name}-{number}"
+            url = self.url(name)
+            self.warn_if_below(number)
+            items, graph = (None, None) if blocking else graph_items(self.checkpoint)
+            sync = items is None or not self._async_fits(items)
+            if not sync and multi and self.node_local is not None:
+                assert comm is not None
+                sync = not comm.background_capable  # its collectives run in the background
+            if comm is not None and multi and items is not None:
+                sync = not background.agree(comm, name, not sync)
+            try:
+                pending = None
+                if sync and self.node_local is not None:
+                    write_graph(self.checkpoint, url, storage_options=self.storage_options,
+                                comm=comm, node_local=self.node_local)
+                elif sync:
+                    self.checkpoint.write(url, storage_options=self.storage_options, comm=comm)
+                else:
+                    assert items is not None
+                    after = self._after(counter, counted, name, number, metrics, lead, multi)
+                    pending = saving.start(items, url, storage_options=self.storage_options,
+                                           comm=comm, graph=graph, node_local=self.node_local,
+                                           keep=self.background, then=after)
+            except BaseException as e:
+                if lead:
+                    self.roll_back(name, e)
+                raise
+        if pending is not None:
+            self._unsettled = multi
+        elif comm is not None and multi and self.node_local is None:
+            self.record_collectively(comm, name, number, metrics)
+        else:
+            self.record(name, number, metrics)
+        return url, pending
+
+    def _after(self, counter: Any, counted: int, name: str, number: int,
+               metrics: dict | None, lead: bool,
+               multi: bool) -> Callable[[BaseException | None], None]:
+        """What the background thread does once the save ended: record the commit (rank
+        0 of several workers: record and retire; the others: track it; node-local:
+        every worker its own), or give the number back and say what was left."""
+        def after(error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    if int(counter) == counted:  # untouched since: give the number back
+                        counter.assign_sub(1)
+                    if not multi:
+                        self.roll_back(name, error)
+                    else:
+                        add_note(error, f"{self.url(name)} was not saved by this call: nothing "
+                                        "of it was committed (its files are removed at the "
+                                        "next save)")
+                    return
+                if multi and lead:
+                    self._last_commit = (name, number, metrics)
+                self.record(name, number, metrics, write=lead)
+            finally:
+                if lead:
+                    self.lease.end()  # a newer manager waiting to take over may go on
+
+        return after
+
+    def _async_fits(self, items: list[saving.Item]) -> bool:
+        if self._max_async_bytes is None:
+            return True
+        return sum(it.array.nbytes for it in items) <= self._max_async_bytes
+
+    def _warm_staging(self) -> None:
+        """With values in device memory already tracked, allocates (pins) the async
+        saves' staging buffers in the background now, off the first save's path
+        (not with ``max_async_bytes=0``: no save is ever async, e.g. a durable tier)."""
+        if self._max_async_bytes == 0:
+            return
+        try:
+            items, _ = graph_items(self.checkpoint)
+        except Exception:  # noqa: BLE001 - only an optimisation: the save reports problems
+            return
+        srcs = [it.array for it in items]
+        if has_device_values(srcs):
+            self.background.warm([it.key for it in items], srcs)
+
+    # -- multi-worker async saves (docs/PROTOCOL.md section 6b) ------------------------------
+    def _settle(self, comm: Communicator) -> None:
+        """Collective, at the next save after a multi-worker async save: each worker
+        waits for its background part, then all learn every worker's outcome and
+        raise together (or go on together), so that their collectives stay in step.
+        Rank 0 (node-local: every worker) then removes what a failed attempt left
+        (every worker is done with it), and a worker that missed rank 0's commit (it
+        stopped waiting) catches up with rank 0's save counter and list."""
+        pending, self._pending = self._pending, None
+        err = None
+        if pending is not None:
+            pending.join()
+            err = pending.error
+        self._unsettled = False
+        mine = None if err is None else f"{type(err).__name__}: {err}"[-4000:]
+        reports = comm.gather(mine)
+        truth = None
+        if comm.rank == 0:
+            if pending is not None:
+                pending.discard()
+            truth = (reports, int(self.checkpoint.save_counter), self._last_commit)
+        reports, count, last = comm.broadcast(truth)
+        self._last_commit = None
+        if self.node_local is not None:  # every worker keeps its own directory and state
+            if comm.rank != 0 and pending is not None:
+                pending.discard()
+        elif comm.rank != 0:
+            self._catch_up(count, last)
+        if err is not None:
+            raise err
+        failed = [f"rank {r}: {m}" for r, m in enumerate(reports) if m is not None]
+        if failed:
+            raise DistributedSaveError("the background save before this call failed on "
+                                       "another worker; this save did not start:\n"
+                                       + "\n".join(failed))
+
+    def _catch_up(self, count: int, last: tuple[str, int, dict | None] | None) -> None:
+        counter = self.checkpoint.save_counter
+        if int(counter) != count:
+            counter.assign(count)
+        if last is not None and self.entry(last[0]) is None:
+            self.record(*last, write=False)
+
+    # -- other calls -----------------------------------------------------------------------
+    def join(self, timeout: float | None = None) -> None:
+        """Waits (at most ``timeout`` seconds) for the background save in flight,
+        keeping its error for the next call."""
+        if self._pending is not None:
+            self._pending.join(timeout)
+
+    def wait_until_finished(self) -> None:
+        """Waits for the background save in flight; raises its error (once)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+
+    def restore(self, checkpoint: Any) -> str | None:
+        """Restores the latest checkpoint; returns its path, or None when there is none."""
+        self.wait_until_finished()
+        latest = self.latest_checkpoint
+        if latest is not None:
+            with comm_scope(self._comm):  # PerWorker values: this worker's row
+                checkpoint.restore(latest, storage_options=self.storage_options)
+        return latest
+
+    def close(self) -> None:
+        """Waits for pending work, frees the staging buffers of async saves (pinned
+        memory for device values) and gives up the writer lease."""
+        try:
+            self.wait_until_finished()
+        finally:
+            try:
+                self.background.release()
+            finally:
+                self.lease.release()
+
+    def __del__(self) -> None:
+        lease = self.__dict__.get("lease")
+        if lease is not None and lease.held:
+            lease.release()

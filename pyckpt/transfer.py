@@ -1,0 +1,74 @@
+"""Copies and conversions between checkpoint locations and formats (``pyckpt cp``):
+pyckpt to pyckpt (every chunk verified, the copy committed last), and to or from
+``.safetensors`` files and TensorFlow checkpoints. The commands reach formats only
+through this module and the public API (docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .engine.copy import copy_checkpoint
+from .format import INDEX_NAME
+from .interop import safetensors as st
+from .interop import tensorflow as tfio
+from .sources import checkpoint_path
+from .storage import resolve
+
+__all__ = ["target_format", "occupied", "tensorflow_source", "is_safetensors_path", "transfer"]
+
+is_safetensors_path = st.is_safetensors_path
+
+
+def tensorflow_source(path: str, storage_options: dict | None = None) -> Any:
+    """The TensorFlow checkpoint ``path`` designates (a prefix, its ``.index`` file, or a
+    run directory whose latest checkpoint is TensorFlow's), opened; None for anything
+    else (pyckpt checkpoints, safetensors files, missing paths)."""
+    store, p = resolve(path, storage_options)
+    p = checkpoint_path(store, p)
+    return tfio.open_path(store, p) if tfio.detect(store, p) else None
+
+
+def target_format(dst: str, fmt: str = "auto") -> tuple[str, str]:
+    """(format of ``dst``, ``dst``): ``fmt`` unless ``auto``, else ``.safetensors`` and
+    ``.index`` endings (``run/ckpt-5.index`` means the TensorFlow prefix ``run/ckpt-5``),
+    else pyckpt."""
+    if fmt == "auto":
+        fmt = ("safetensors" if st.is_safetensors_path(dst)
+               else "tf" if dst.endswith(".index") else "pyckpt")
+    if fmt == "tf" and dst.endswith(".index"):
+        dst = dst[:-len(".index")]
+    return fmt, dst
+
+
+def occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
+    """What at ``dst`` a copy would replace (a committed checkpoint, a file), or None."""
+    store, path = resolve(dst, options)
+    if fmt == "tf":
+        return (f"{store.url(path)} is already a TensorFlow checkpoint"
+                if store.exists(path + ".index") else None)
+    if st.is_safetensors_path(dst):
+        return f"{store.url(path)} already exists" if store.exists(path) else None
+    if store.exists(store.join(path, INDEX_NAME)):
+        return f"{store.url(path)} already holds a committed checkpoint"
+    return None
+
+
+def transfer(src: str, dst: str, fmt: str, *, source: Any = None,
+             src_options: dict | None = None, dst_options: dict | None = None,
+             progress: Callable[[int, int], Any] | None = None) -> None:
+    """Writes ``src`` at ``dst`` in format ``fmt`` (``target_format``); ``source``: the
+    opened TensorFlow checkpoint ``src`` designates (``tensorflow_source``), if any."""
+    if fmt == "tf":
+        tfio.from_checkpoint(source if source is not None else src, dst,
+                             src_options=src_options, dst_options=dst_options, progress=progress)
+    elif source is not None:
+        tfio.to_checkpoint(source, dst, dst_options=dst_options, progress=progress)
+    elif st.is_safetensors_path(src):
+        st.to_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
+                         progress=progress)
+    elif fmt == "safetensors":
+        st.from_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
+                           progress=progress)
+    else:
+        copy_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
+                        progress=progress)
