@@ -42,16 +42,9 @@ def run(directory: str | None = None, out: Callable[[str], None] = print,
     directory that is removed at the end are shown relative to it (``ckpt-120``), so
     that nothing printed names a path that no longer exists. Returns 0 when every
     check passed, else 1."""
-    rng = np.random.default_rng(0)
-    state = _state(rng)
+    state = _state(np.random.default_rng(0))
     removed = directory is None and not keep
-    tmp = tempfile.TemporaryDirectory(prefix="pyckpt-demo-") if removed else None
-    if tmp is not None:
-        root = tmp.name
-    elif directory is None:
-        root = tempfile.mkdtemp(prefix="pyckpt-demo-")
-    else:
-        root = directory
+    tmp, root = _workdir(directory, removed)
     path = os.path.join(root, "ckpt-120")
 
     def shown(p: str | None) -> str:
@@ -67,34 +60,56 @@ def run(directory: str | None = None, out: Callable[[str], None] = print,
         out(f"saved   {shown(path)}  ({time.perf_counter() - t:.3f} s, durable)")
         files = sorted(os.listdir(path))
         out(f"files   {', '.join(files)}")
-
-        reader = pyckpt.load_checkpoint(path)
-        total = reader.nbytes()
-        out(f"inspect {len(reader.keys())} tensors, {total / 1e6:.2f} MB, metadata {reader.metadata}")
-        for key, shape in pyckpt.list_variables(path)[:5]:
-            out(f"          {key:32s} {str(shape):12s} {reader.get_variable_to_dtype_map()[key]}")
-        out("          ...")
-
-        reader.verify()
-        out("verify  every chunk checksum matches")
-
-        loaded = pyckpt.load(path)
-        ok = (np.array_equal(loaded["params"]["embedding"], state["params"]["embedding"])
-              and loaded["optimizer"]["step"] == 120
-              and loaded["data_iterator"] == {"epoch": 3, "position": 4096})
-        out(f"load    structure and values restored: {'yes' if ok else 'NO'}")
-
-        fresh = _state(np.random.default_rng(1))
-        pyckpt.load(path, into=fresh)
-        same = np.array_equal(fresh["params"]["layers"][2]["w"], state["params"]["layers"][2]["w"])
-        out(f"restore in place into a new model: {'yes' if same else 'NO'}")
-
+        _inspect(path, out)
+        restored = _check_loads(path, state, out)
         latest = pyckpt.latest_checkpoint(root)
         out(f"latest  {shown(latest)}")
         if not removed:
             out(f"kept    {root}  (try: pyckpt ls {root}; pyckpt inspect {path})")
-        return 0 if ok and same and latest == path else 1
+        return 0 if restored and latest == path else 1
     finally:
         if tmp is not None:
             tmp.cleanup()
             out("removed the temporary directory")
+
+
+def _workdir(directory: str | None,
+             removed: bool) -> tuple[tempfile.TemporaryDirectory | None, str]:
+    """(the temporary directory to remove at the end, or None; the directory the demo
+    works in): a new temporary one when ``removed``, else ``directory``, or a new one
+    that stays when it is None."""
+    if removed:
+        tmp = tempfile.TemporaryDirectory(prefix="pyckpt-demo-")
+        return tmp, tmp.name
+    if directory is None:
+        return None, tempfile.mkdtemp(prefix="pyckpt-demo-")
+    return None, directory
+
+
+def _inspect(path: str, out: Callable[[str], None]) -> None:
+    """The checkpoint's tensors and metadata, then a check of every chunk checksum."""
+    reader = pyckpt.load_checkpoint(path)
+    total = reader.nbytes()
+    out(f"inspect {len(reader.keys())} tensors, {total / 1e6:.2f} MB, metadata {reader.metadata}")
+    for key, shape in pyckpt.list_variables(path)[:5]:
+        out(f"          {key:32s} {str(shape):12s} {reader.get_variable_to_dtype_map()[key]}")
+    out("          ...")
+
+    reader.verify()
+    out("verify  every chunk checksum matches")
+
+
+def _check_loads(path: str, state: dict, out: Callable[[str], None]) -> bool:
+    """Loads the checkpoint back, then restores it in place into a new state; whether
+    both gave back ``state``'s values."""
+    loaded = pyckpt.load(path)
+    ok = (np.array_equal(loaded["params"]["embedding"], state["params"]["embedding"])
+          and loaded["optimizer"]["step"] == 120
+          and loaded["data_iterator"] == {"epoch": 3, "position": 4096})
+    out(f"load    structure and values restored: {'yes' if ok else 'NO'}")
+
+    fresh = _state(np.random.default_rng(1))
+    pyckpt.load(path, into=fresh)
+    same = np.array_equal(fresh["params"]["layers"][2]["w"], state["params"]["layers"][2]["w"])
+    out(f"restore in place into a new model: {'yes' if same else 'NO'}")
+    return bool(ok and same)

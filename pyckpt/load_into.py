@@ -106,16 +106,9 @@ def _graph_hint(src: CheckpointSource, mapping: dict[str, str]) -> str:
             f"{_GRAPH_SUFFIX!r}))")
 
 
-def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
-              strict: bool = False, comm: Any = None) -> Any:
-    """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
-    target key). Every problem is reported, all at once, before any byte is read;
-    with ``strict``, checkpoint keys of ``mapping`` that ``into`` lacks are one.
-    Targets in device memory (DeviceArrays) are filled on their device. A
-    ``PerWorker`` target takes this worker's copy (``comm``'s rank) or the one its
-    ``worker`` names."""
-    targets = collect_targets(into)
-    source = {t: k for k, t in mapping.items()}
+def _check_keys(src: CheckpointSource, targets: list[Any], mapping: dict[str, str],
+                source: dict[str, str], strict: bool) -> None:
+    """Every target has a checkpoint key; with ``strict``, every mapped key a target."""
     missing = [t.key for t in targets if t.key not in source]
     if missing:
         raise CheckpointKeyError(
@@ -132,68 +125,99 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
                 f"(strict=True): {', '.join(map(repr, unused[:20]))}"
                 + (f" and {len(unused) - 20} more" if len(unused) > 20 else "")
                 + "; pass strict=False to load only what `into` holds, or select= them")
-    problems = []
-    idx, dsts, fresh = [], [], []
-    swap: list[np.ndarray] = []  # targets in the other byte order, swapped once filled
-    place: tuple[int, int] | None = None
-    rows: frozenset[str] = frozenset()
-    for t in targets:
-        i = src.index_of(source[t.key])
+
+
+class _Plan:
+    """Where each target's bytes go: (index, destination) pairs, scalars to build,
+    targets to byte-swap once filled, and every problem found."""
+
+    def __init__(self, src: CheckpointSource, comm: Any) -> None:
+        self.src, self.comm = src, comm
+        self.problems: list[str] = []
+        self.idx: list[int] = []
+        self.dsts: list[Any] = []
+        self.fresh: list[tuple[Any, int]] = []
+        self.swap: list[np.ndarray] = []  # targets in the other byte order
+        self._place: tuple[int, int] | None = None
+        self._rows: frozenset[str] = frozenset()
+
+    def _to(self, i: int, dst: Any) -> None:
+        self.idx.append(i)
+        self.dsts.append(dst)
+
+    def add(self, t: Any, key: str) -> None:
+        src = self.src
+        i = src.index_of(key)
         shape, dtype = src.shape(i), src.dtype(i)
         if isinstance(t.sharded, PerWorker):
-            if place is None:
-                place, rows = place_of(comm), per_worker_keys(src.info)
+            if self._place is None:
+                self._place, self._rows = place_of(self.comm), per_worker_keys(src.info)
             try:
                 dst, t.after = per_worker_read(repr(t.key), t.sharded, shape, dtype,
-                                               source[t.key] in rows, *place)
+                                               key in self._rows, *self._place)
             except ValueError as e:
-                problems.append(str(e))
-                continue
-            idx.append(i)
-            dsts.append(dst)
-            continue
-        if t.sharded is not None:
-            block = t.sharded
-            if same_dtype(block.local.dtype, dtype) and block.local.dtype != dtype:
-                view, swapped = source_order_view(block.local, dtype)
-                block = ShardedArray(view, block.global_shape, block.offsets)
-                if swapped:
-                    swap.append(t.sharded.local)
-            problems.extend(t.sharded.check_against(shape, dtype, t.key))
-            idx.append(i)
-            dsts.append(block)
-            continue
-        if t.array is None:
+                self.problems.append(str(e))
+                return
+            self._to(i, dst)
+        elif t.sharded is not None:
+            self._add_block(t, i, shape, dtype)
+        elif t.array is None:
             if shape != ():
-                problems.append(f"{t.key!r}: checkpoint holds shape {shape}, target is a scalar")
-            fresh.append((t, i))
-            continue
+                self.problems.append(f"{t.key!r}: checkpoint holds shape {shape}, target is "
+                                     "a scalar")
+            self.fresh.append((t, i))
+        else:
+            self._add_array(t, i, key, shape, dtype)
+
+    def _add_block(self, t: Any, i: int, shape: tuple, dtype: np.dtype) -> None:
+        block = t.sharded
+        if same_dtype(block.local.dtype, dtype) and block.local.dtype != dtype:
+            view, swapped = source_order_view(block.local, dtype)
+            block = ShardedArray(view, block.global_shape, block.offsets)
+            if swapped:
+                self.swap.append(t.sharded.local)
+        self.problems.extend(t.sharded.check_against(shape, dtype, t.key))
+        self._to(i, block)
+
+    def _add_array(self, t: Any, i: int, key: str, shape: tuple, dtype: np.dtype) -> None:
         if tuple(t.array.shape) != shape or not same_dtype(t.array.dtype, dtype):
             ours, theirs = describe_dtypes(dtype, t.array.dtype)
-            problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {ours}, "
-                            f"target has shape {tuple(t.array.shape)} dtype {theirs}"
-                            + (" (it holds one value per worker: load it into "
-                               "pyckpt.PerWorker(target))"
-                               if source[t.key] in per_worker_keys(src.info) else ""))
-            continue
-        if isinstance(t.array, DeviceArray):  # filled on its device, in native order
-            idx.append(i)
-            dsts.append(t.array)
-            continue
-        if not t.array.flags.writeable:
-            problems.append(f"{t.key!r}: target array is read-only")
-            continue
-        dst, swapped = source_order_view(t.array, dtype)
-        if swapped:
-            swap.append(t.array)
-        idx.append(i)
-        dsts.append(dst)
-    if problems:
-        raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(problems))
-    scalars = src.read_new([i for _, i in fresh])
-    src.fill(idx, dsts)
-    finish_byte_order(swap)
-    for (t, _), value in zip(fresh, scalars):
+            self.problems.append(
+                f"{t.key!r}: checkpoint has shape {shape} dtype {ours}, "
+                f"target has shape {tuple(t.array.shape)} dtype {theirs}"
+                + (" (it holds one value per worker: load it into pyckpt.PerWorker(target))"
+                   if key in per_worker_keys(self.src.info) else ""))
+        elif isinstance(t.array, DeviceArray):  # filled on its device, in native order
+            self._to(i, t.array)
+        elif not t.array.flags.writeable:
+            self.problems.append(f"{t.key!r}: target array is read-only")
+        else:
+            dst, swapped = source_order_view(t.array, dtype)
+            if swapped:
+                self.swap.append(t.array)
+            self._to(i, dst)
+
+
+def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
+              strict: bool = False, comm: Any = None) -> Any:
+    """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
+    target key). Every problem is reported, all at once, before any byte is read;
+    with ``strict``, checkpoint keys of ``mapping`` that ``into`` lacks are one.
+    Targets in device memory (DeviceArrays) are filled on their device. A
+    ``PerWorker`` target takes this worker's copy (``comm``'s rank) or the one its
+    ``worker`` names."""
+    targets = collect_targets(into)
+    source = {t: k for k, t in mapping.items()}
+    _check_keys(src, targets, mapping, source, strict)
+    plan = _Plan(src, comm)
+    for t in targets:
+        plan.add(t, source[t.key])
+    if plan.problems:
+        raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(plan.problems))
+    scalars = src.read_new([i for _, i in plan.fresh])
+    src.fill(plan.idx, plan.dsts)
+    finish_byte_order(plan.swap)
+    for (t, _), value in zip(plan.fresh, scalars):
         assert t.setter is not None  # a target without an array is a leaf with a setter
         t.setter(rebuild_leaf(t.kind, value))
     for t in targets:

@@ -14,7 +14,7 @@ from .engine import attempts, naming
 from .engine.run import step_of
 from .errors import CheckpointError
 from .format import INDEX_NAME, decode_index
-from .interop.tensorflow import TensorFlowCheckpoint
+from .codecs.tensorflow import TensorFlowCheckpoint
 from .storage import resolve
 
 __all__ = ["list_checkpoints", "sweep_orphans", "natural_key"]

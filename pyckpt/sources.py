@@ -23,7 +23,7 @@ from .engine.options import DEFAULT, IOOptions
 from .engine.reader import OpenCheckpoint
 from .format import INDEX_NAME
 from .format.source import CheckpointSource
-from .interop import safetensors, tensorflow
+from .codecs import safetensors, tensorflow
 from .storage import Store, resolve
 
 __all__ = ["CheckpointSource", "open_source", "register_format", "checkpoint_path"]

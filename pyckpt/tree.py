@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import re
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -24,7 +24,8 @@ from .sharded import ShardedArray
 from .variables import Variable
 
 __all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
-           "skeleton_leaves", "static_values", "rebuild_leaf", "is_array_kind", "SCALAR_KINDS", "Leaf"]
+           "skeleton_leaves", "static_values", "rebuild_leaf", "is_array_kind", "SCALAR_KINDS", "Leaf",
+           "path_trie"]
 
 _MAX_DEPTH = 512
 
@@ -403,3 +404,27 @@ def nest_flat(flat: dict[str, Any]) -> dict:
         else:
             out[key] = value
     return out
+
+
+def path_trie(paths: Iterable[Sequence[str]]) -> tuple[list[list[tuple[str, int]]], list[int]]:
+    """The trie of ``paths`` (each a sequence of names, e.g. a key's ``/``-split
+    parts): its edges, per node (0 is the root, the others numbered as they are
+    first reached), the ``(name, child)`` pairs in the order first seen; and, per
+    path, the node where it ends. The object graph of a checkpoint without one is
+    the trie of its keys (``StoredGraph.from_keys``, the TensorFlow writer)."""
+    edges: list[list[tuple[str, int]]] = [[]]
+    index: list[dict[str, int]] = [{}]
+    ends: list[int] = []
+    for parts in paths:
+        node = 0
+        for p in parts:
+            nxt = index[node].get(p)
+            if nxt is None:
+                nxt = len(edges)
+                edges.append([])
+                index.append({})
+                edges[node].append((p, nxt))
+                index[node][p] = nxt
+            node = nxt
+        ends.append(node)
+    return edges, ends

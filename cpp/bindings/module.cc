@@ -2,10 +2,11 @@
 //
 // Every function has one shape: parse arguments into native structs (GIL
 // held) -> release the GIL -> run the core -> reacquire -> convert the result
-// or raise through RaiseIfError (status_to_python.h). The bulk entry points take
-// their data as keyword arguments and their tuning as one options object
-// (ReadOptions, WriteOptions), whose Native() is the one place the core's
-// option structs are filled.
+// or raise through RaiseIfError (status_to_python.h); RunWithoutGil does the
+// middle steps. The bulk entry points take their data as keyword arguments and
+// their tuning as one options object (ReadOptions, WriteOptions), whose
+// Native() is the one place the core's option structs are filled; their
+// defaults are the core's (pyckpt/defaults.h).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -19,6 +20,7 @@
 #include "convert.h"
 #include "pyckpt/copy.h"
 #include "pyckpt/crc32c.h"
+#include "pyckpt/defaults.h"
 #include "pyckpt/layout.h"
 #include "pyckpt/parallel.h"
 #include "pyckpt/shard_reader.h"
@@ -41,10 +43,27 @@ class ProgressCounter {
   std::atomic<uint64_t> value{0};
 };
 
+// Runs a core call (a callable returning a Status) with the GIL released, then
+// raises its error, if any (RaiseIfError). The callable must not touch Python objects.
+template <typename Fn>
+void RunWithoutGil(Fn&& fn) {
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = fn();
+  }
+  RaiseIfError(st);
+}
+
 std::atomic<uint64_t>* CounterPtr(const py::handle& obj) {
   if (obj.is_none()) return nullptr;
   return &obj.cast<ProgressCounter&>().value;
 }
+
+// The core's option structs as default-constructed: the one source of the
+// defaults of ReadOptionsPy/WriteOptionsPy and of their keyword arguments.
+constexpr ShardReadOptions kReadDefaults{};
+constexpr ShardWriteOptions kWriteDefaults{};
 
 // The tuning of the shard readers and writers as Python sees it (`ReadOptions`,
 // `WriteOptions`, keyword-constructed, named fields). Native() is the one place
@@ -52,12 +71,12 @@ std::atomic<uint64_t>* CounterPtr(const py::handle& obj) {
 // (the progress counter is a Python object) and hold a reference to that counter
 // while the core runs (the native options point into it).
 struct ReadOptionsPy {
-  uint64_t chunk_size = 1u << 20;
-  int threads = 0;
-  bool verify = true;
-  uint64_t piece_size = 8u << 20;
-  uint64_t max_gap = 64u << 10;
-  bool whole_item_crc = false;
+  uint64_t chunk_size = kReadDefaults.chunk_size;
+  int threads = kReadDefaults.threads;
+  bool verify = kReadDefaults.verify;
+  uint64_t piece_size = kReadDefaults.piece_size;
+  uint64_t max_gap = kReadDefaults.max_gap;
+  bool whole_item_crc = kReadDefaults.whole_item_crc;
   py::object progress = py::none();
 
   ShardReadOptions Native() const {
@@ -74,10 +93,10 @@ struct ReadOptionsPy {
 };
 
 struct WriteOptionsPy {
-  uint64_t chunk_size = 1u << 20;
-  int threads = 0;
-  uint64_t piece_size = 8u << 20;
-  bool sync = true;
+  uint64_t chunk_size = kWriteDefaults.chunk_size;
+  int threads = kWriteDefaults.threads;
+  uint64_t piece_size = kWriteDefaults.piece_size;
+  bool sync = kWriteDefaults.sync;
   py::object progress = py::none();
 
   ShardWriteOptions Native() const {
@@ -102,6 +121,16 @@ py::object CounterObject(OptionalCounter counter) {
 OptionalCounter CounterOf(const py::object& obj) {
   if (obj.is_none()) return std::nullopt;
   return &obj.cast<ProgressCounter&>();
+}
+
+// The `progress` property of ReadOptions and WriteOptions.
+template <typename Options>
+OptionalCounter GetProgress(const Options& o) {
+  return CounterOf(o.progress);
+}
+template <typename Options>
+void SetProgress(Options& o, OptionalCounter p) {
+  o.progress = CounterObject(p);
 }
 
 uint32_t Crc32c(const py::buffer& data, uint32_t crc) {
@@ -135,12 +164,7 @@ py::tuple PlanLayoutPy(const py::handle& nbytes_obj, uint32_t num_files, uint64_
   if (!arr || arr.ndim() != 1) throw py::type_error("nbytes must be a 1-d integer array");
   std::vector<uint64_t> nbytes(arr.data(), arr.data() + arr.shape(0));
   Layout layout;
-  Status st;
-  {
-    py::gil_scoped_release release;
-    st = PlanLayout(nbytes, num_files, alignment, &layout);
-  }
-  RaiseIfError(st);
+  RunWithoutGil([&] { return PlanLayout(nbytes, num_files, alignment, &layout); });
   return py::make_tuple(ToNumpy(std::move(layout.file)), ToNumpy(std::move(layout.offset)),
                         py::cast(layout.file_sizes));
 }
@@ -176,12 +200,7 @@ py::tuple WriteShardsPy(const std::vector<std::string>& paths, const std::vector
   const ShardWriteOptions opt = options.Native();
   const py::object counter = options.progress;  // alive while the core adds to it
   ChecksumResult result;
-  Status st;
-  {
-    py::gil_scoped_release release;
-    st = WriteShardFiles(paths, sizes, items, opt, &result);
-  }
-  RaiseIfError(st);
+  RunWithoutGil([&] { return WriteShardFiles(paths, sizes, items, opt, &result); });
   return ChecksumTuple(std::move(result));
 }
 
@@ -191,12 +210,7 @@ py::tuple ComputeChecksumsPy(const std::vector<std::string>& keys, const py::lis
   const ShardWriteOptions opt = options.Native();
   const py::object counter = options.progress;  // alive while the core adds to it
   ChecksumResult result;
-  Status st;
-  {
-    py::gil_scoped_release release;
-    st = ComputeChecksums(items, opt, &result);
-  }
-  RaiseIfError(st);
+  RunWithoutGil([&] { return ComputeChecksums(items, opt, &result); });
   return ChecksumTuple(std::move(result));
 }
 
@@ -252,12 +266,7 @@ void ReadShardsPy(const std::vector<std::string>& names, const py::list& buffers
       it.dst = ArrayView(d, /*writable=*/true, "destination array");
     }
   }
-  Status st;
-  {
-    py::gil_scoped_release release;
-    st = ReadShards(srcs, items, opt);
-  }
-  RaiseIfError(st);
+  RunWithoutGil([&] { return ReadShards(srcs, items, opt); });
 }
 
 // Fills `out` with bytes [begin, begin + len(out)) of a shard file whose
@@ -315,12 +324,7 @@ std::unique_ptr<PyStagedWrite> StartStagedWritePy(
   out->keep.append(staging);
   out->keep.append(live);
   out->keep.append(options.progress);  // the counter the writer threads add to
-  Status st;
-  {
-    py::gil_scoped_release release;
-    st = out->write.Start(paths, sizes, items, live_views, opt);
-  }
-  RaiseIfError(st);
+  RunWithoutGil([&] { return out->write.Start(paths, sizes, items, live_views, opt); });
   return out;
 }
 
@@ -332,12 +336,7 @@ void CopyArraysPy(const py::list& srcs, const py::list& dsts, int threads) {
     s[i] = ArrayView(srcs[i], false, "source array");
     d[i] = ArrayView(dsts[i], true, "destination array");
   }
-  Status st;
-  {
-    py::gil_scoped_release release;
-    st = CopyTensors(s, d, threads);
-  }
-  RaiseIfError(st);
+  RunWithoutGil([&] { return CopyTensors(s, d, threads); });
 }
 
 }  // namespace
@@ -384,12 +383,14 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
              o.verify = verify;
              o.piece_size = piece_size;
              o.max_gap = max_gap;
-             o.progress = CounterObject(progress);
+             SetProgress(o, progress);
              return o;
            }),
-           py::kw_only(), py::arg("chunk_size") = 1u << 20, py::arg("threads") = 0,
-           py::arg("verify") = true, py::arg("piece_size") = 8u << 20,
-           py::arg("max_gap") = 64u << 10, py::arg("whole_item_crc") = false,
+           py::kw_only(), py::arg("chunk_size") = kReadDefaults.chunk_size,
+           py::arg("threads") = kReadDefaults.threads, py::arg("verify") = kReadDefaults.verify,
+           py::arg("piece_size") = kReadDefaults.piece_size,
+           py::arg("max_gap") = kReadDefaults.max_gap,
+           py::arg("whole_item_crc") = kReadDefaults.whole_item_crc,
            py::arg("progress") = py::none())
       .def_readwrite("chunk_size", &ReadOptionsPy::chunk_size,
                      "Bytes per checksummed chunk (the manifest's chunk_size).")
@@ -402,8 +403,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       .def_readwrite("max_gap", &ReadOptionsPy::max_gap,
                      "Small tensors of one file closer than this many bytes share a read.")
       .def_property(
-          "progress", [](const ReadOptionsPy& o) { return CounterOf(o.progress); },
-          [](ReadOptionsPy& o, OptionalCounter p) { o.progress = CounterObject(p); },
+          "progress", &GetProgress<ReadOptionsPy>, &SetProgress<ReadOptionsPy>,
           py::return_value_policy::reference,
           "ProgressCounter the bytes read are added to, or None.");
   py::class_<WriteOptionsPy>(m, "WriteOptions", "Tuning of write_shards, compute_checksums and "
@@ -415,11 +415,12 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
              o.threads = threads;
              o.piece_size = piece_size;
              o.sync = sync;
-             o.progress = CounterObject(progress);
+             SetProgress(o, progress);
              return o;
            }),
-           py::kw_only(), py::arg("chunk_size") = 1u << 20, py::arg("threads") = 0,
-           py::arg("piece_size") = 8u << 20, py::arg("sync") = true,
+           py::kw_only(), py::arg("chunk_size") = kWriteDefaults.chunk_size,
+           py::arg("threads") = kWriteDefaults.threads,
+           py::arg("piece_size") = kWriteDefaults.piece_size, py::arg("sync") = kWriteDefaults.sync,
            py::arg("progress") = py::none())
       .def_readwrite("chunk_size", &WriteOptionsPy::chunk_size, "Bytes per checksummed chunk.")
       .def_readwrite("threads", &WriteOptionsPy::threads,
@@ -427,8 +428,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       .def_readwrite("piece_size", &WriteOptionsPy::piece_size, "Unit of parallel work in bytes.")
       .def_readwrite("sync", &WriteOptionsPy::sync, "fsync every file before returning.")
       .def_property(
-          "progress", [](const WriteOptionsPy& o) { return CounterOf(o.progress); },
-          [](WriteOptionsPy& o, OptionalCounter p) { o.progress = CounterObject(p); },
+          "progress", &GetProgress<WriteOptionsPy>, &SetProgress<WriteOptionsPy>,
           py::return_value_policy::reference,
           "ProgressCounter the bytes written are added to, or None.");
   m.def("write_shards", &WriteShardsPy, py::kw_only(), py::arg("paths"), py::arg("file_sizes"),
@@ -451,14 +451,9 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       .def(
           "stage",
           [](PyStagedWrite& self, int threads) {
-            pyckpt::Status st;
-            {
-              py::gil_scoped_release release;
-              st = self.write.Stage(threads);
-            }
-            RaiseIfError(st);
+            RunWithoutGil([&] { return self.write.Stage(threads); });
           },
-          py::arg("threads") = 0,
+          py::arg("threads") = pyckpt::kAutoThreads,
           "Copies every live tensor into its staging buffer; returns when all are copied.")
       .def(
           "order", [](const PyStagedWrite& self) { return self.write.Order(); },
@@ -488,6 +483,6 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
         py::arg_v("options", WriteOptionsPy(), "WriteOptions()"),
         "Plans a write of `staging` and starts writing each tensor once stage() copied it "
         "(live=None: once mark_ready(i) says buffer i is filled).");
-  m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = 0,
+  m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = pyckpt::kAutoThreads,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");
 }

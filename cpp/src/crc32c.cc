@@ -301,26 +301,43 @@ RawFn Dispatch() {
   return fn;
 }
 
+// Extend() through one implementation (the raw ones work on the inverted CRC).
+uint32_t ExtendWith(RawFn fn, uint32_t crc, const void* data, size_t n) {
+  return ~fn(~crc, static_cast<const uint8_t*>(data), n);
+}
+
+#ifdef PYCKPT_X86
+// ExtendWith into *out when the CPU supports fn; false (and *out untouched) when not.
+bool ExtendIfSupported(bool supported, RawFn fn, uint32_t crc, const void* data, size_t n,
+                       uint32_t* out) {
+  if (!supported) return false;
+  *out = ExtendWith(fn, crc, data, n);
+  return true;
+}
+#endif
+
 }  // namespace
 
 uint32_t Extend(uint32_t crc, const void* data, size_t n) {
-  return ~Dispatch()(~crc, static_cast<const uint8_t*>(data), n);
+  return ExtendWith(Dispatch(), crc, data, n);
 }
 
 uint32_t ExtendPortable(uint32_t crc, const void* data, size_t n) {
-  return ~RawPortable(~crc, static_cast<const uint8_t*>(data), n);
+  return ExtendWith(RawPortable, crc, data, n);
 }
 
-bool ExtendHardware(uint32_t crc, const void* data, size_t n, uint32_t* out) {
 #ifdef PYCKPT_X86
-  if (!CpuHasSse42()) return false;
-  *out = ~RawHardware(~crc, static_cast<const uint8_t*>(data), n);
-  return true;
-#else
-  (void)crc, (void)data, (void)n, (void)out;
-  return false;
-#endif
+bool ExtendHardware(uint32_t crc, const void* data, size_t n, uint32_t* out) {
+  return ExtendIfSupported(CpuHasSse42(), RawHardware, crc, data, n, out);
 }
+
+bool ExtendAvx512(uint32_t crc, const void* data, size_t n, uint32_t* out) {
+  return ExtendIfSupported(CpuHasAvx512Clmul(), RawAvx512, crc, data, n, out);
+}
+#else
+bool ExtendHardware(uint32_t, const void*, size_t, uint32_t*) { return false; }
+bool ExtendAvx512(uint32_t, const void*, size_t, uint32_t*) { return false; }
+#endif
 
 const char* Implementation() {
   RawFn fn = Dispatch();
@@ -329,17 +346,6 @@ const char* Implementation() {
   if (fn == RawAvx512) return "avx512-vpclmulqdq";
 #endif
   return "sse4.2";
-}
-
-bool ExtendAvx512(uint32_t crc, const void* data, size_t n, uint32_t* out) {
-#ifdef PYCKPT_X86
-  if (!CpuHasAvx512Clmul()) return false;
-  *out = ~RawAvx512(~crc, static_cast<const uint8_t*>(data), n);
-  return true;
-#else
-  (void)crc, (void)data, (void)n, (void)out;
-  return false;
-#endif
 }
 
 uint32_t Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {

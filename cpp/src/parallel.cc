@@ -19,9 +19,11 @@ int DefaultThreads() {
   return std::max(2, static_cast<int>(std::min(hw, 64u)));
 }
 
+int ResolveThreads(int threads) { return threads > 0 ? threads : DefaultThreads(); }
+
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t, int)>& fn) {
   if (n == 0) return Status::OK();
-  if (threads <= 0) threads = DefaultThreads();
+  threads = ResolveThreads(threads);
   const int workers = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), n));
 
   std::atomic<size_t> next{0};

@@ -73,6 +73,13 @@ PiecePlan PlanPieces(const std::vector<Span>& items, uint64_t chunk_size, uint64
   return plan;
 }
 
+size_t SplitItem(size_t item, uint64_t nbytes, uint64_t piece_size, std::vector<ItemRange>* out) {
+  size_t count = 0;
+  for (uint64_t b = 0; b < nbytes; b += piece_size, ++count)
+    out->push_back(ItemRange{item, b, std::min(nbytes, b + piece_size)});
+  return count;
+}
+
 void ChunkChecksums(const char* data, uint64_t logical_begin, uint64_t n, uint64_t chunk_size,
                     uint32_t* out) {
   uint64_t c = logical_begin / chunk_size;

@@ -51,4 +51,30 @@ inline uint64_t NumChunks(uint64_t nbytes, uint64_t chunk_size) {
   return (nbytes + chunk_size - 1) / chunk_size;
 }
 
+// piece_size rounded down to a multiple of chunk_size, and at least one chunk
+// (chunk_size > 0): the piece size the writer and reader plan with.
+inline uint64_t RoundToChunks(uint64_t piece_size, uint64_t chunk_size) {
+  return (piece_size > chunk_size ? piece_size : chunk_size) / chunk_size * chunk_size;
+}
+
+// The unit of one read or write call inside a slice: a whole number of chunks
+// of about 1 MiB (one chunk when chunks are larger), so each chunk is
+// checksummed right before or after the kernel copies it, while it is in cache.
+inline uint64_t StepSize(uint64_t chunk_size) {
+  constexpr uint64_t kTarget = 1u << 20;
+  return chunk_size >= kTarget ? chunk_size : kTarget / chunk_size * chunk_size;
+}
+
+// Logical bytes [begin, end) of item `item`: the unit of parallel in-memory
+// copies (CopyTensors, StagedWrite::Stage).
+struct ItemRange {
+  size_t item = 0;
+  uint64_t begin = 0, end = 0;
+};
+
+// Appends bytes [0, nbytes) of `item`, cut into ranges of piece_size bytes
+// (the last one shorter; none when nbytes == 0), to *out and returns how many
+// it appended. piece_size must be positive.
+size_t SplitItem(size_t item, uint64_t nbytes, uint64_t piece_size, std::vector<ItemRange>* out);
+
 }  // namespace pyckpt

@@ -217,10 +217,9 @@ Status ReadShards(const std::vector<ShardSource>& sources, const std::vector<Sha
     PYCKPT_RETURN_IF_ERROR(r->CheckRange(it.offset, it.offset + it.nbytes, it.key));
   }
 
-  uint64_t piece = std::max(options.piece_size, chunk) / chunk * chunk;
-  const uint64_t step = chunk >= (1u << 20) ? chunk : (1u << 20) / chunk * chunk;
-  PiecePlan plan = PlanPieces(spans, chunk, piece, options.max_gap);
-  int threads = options.threads > 0 ? options.threads : DefaultThreads();
+  const uint64_t step = StepSize(chunk);
+  PiecePlan plan = PlanPieces(spans, chunk, RoundToChunks(options.piece_size, chunk), options.max_gap);
+  const int threads = ResolveThreads(options.threads);
   ScratchSet scratch(threads);
   const bool whole = options.verify && options.whole_item_crc;
   std::vector<uint32_t> piece_crcs(whole ? plan.pieces.size() : 0);

@@ -19,11 +19,6 @@
 namespace pyckpt {
 namespace {
 
-uint64_t RoundPiece(const ShardWriteOptions& o) {
-  uint64_t p = std::max<uint64_t>(o.piece_size, o.chunk_size);
-  return p / o.chunk_size * o.chunk_size;
-}
-
 Status CheckOptions(const ShardWriteOptions& o) {
   if (o.chunk_size == 0) return Status::InvalidArgument("chunk_size must be positive");
   return Status::OK();
@@ -46,14 +41,6 @@ void AllocateCrcs(const std::vector<Span>& spans, uint64_t chunk, ChecksumResult
   for (size_t i = 0; i < spans.size(); ++i)
     r->crc_begin[i + 1] = r->crc_begin[i] + NumChunks(spans[i].nbytes, chunk);
   r->crcs.assign(r->crc_begin.back(), 0);
-}
-
-// The unit of one write call inside a slice: at least a chunk and about
-// 1 MiB, so that each chunk is checksummed right before the kernel copies it
-// (the bytes are still in cache: one pass over memory instead of two).
-uint64_t StepSize(uint64_t chunk) {
-  const uint64_t target = 1u << 20;
-  return chunk >= target ? chunk : target / chunk * chunk;
 }
 
 // Checksums a slice of one tensor and, when `file` is given, writes it.
@@ -144,7 +131,9 @@ Status WriteJob::Prepare(const std::vector<std::string>& files,
   items_ = items;
   options_ = options;
   AllocateCrcs(spans, options.chunk_size, &result_);
-  plan_ = PlanPieces(spans, options.chunk_size, RoundPiece(options), /*max_gap=*/options.chunk_size);
+  plan_ = PlanPieces(spans, options.chunk_size,
+                     RoundToChunks(options.piece_size, options.chunk_size),
+                     /*max_gap=*/options.chunk_size);
   return Status::OK();
 }
 
@@ -173,7 +162,7 @@ Status WriteJob::Run(ReadyGate* gate) {
     PYCKPT_RETURN_IF_ERROR(fds[f].OpenNew(files_[f]));
     PYCKPT_RETURN_IF_ERROR(fds[f].Truncate(sizes_[f]));
   }
-  int threads = options_.threads > 0 ? options_.threads : DefaultThreads();
+  const int threads = ResolveThreads(options_.threads);
   ScratchSet scratch(threads);
   PYCKPT_RETURN_IF_ERROR(ParallelFor(plan_.pieces.size(), threads, [&](size_t i, int w) {
     const Piece& p = plan_.pieces[i];
@@ -215,8 +204,8 @@ Status ComputeChecksums(const std::vector<ShardWriteItem>& items, const ShardWri
     spans[i] = Span{static_cast<uint32_t>(i), 0, items[i].src.NumBytes()};
   const uint64_t chunk = options.chunk_size;
   AllocateCrcs(spans, chunk, result);
-  PiecePlan plan = PlanPieces(spans, chunk, RoundPiece(options), 0);
-  int threads = options.threads > 0 ? options.threads : DefaultThreads();
+  PiecePlan plan = PlanPieces(spans, chunk, RoundToChunks(options.piece_size, chunk), 0);
+  const int threads = ResolveThreads(options.threads);
   ScratchSet scratch(threads);
   return ParallelFor(plan.pieces.size(), threads, [&](size_t i, int w) {
     const Piece& p = plan.pieces[i];

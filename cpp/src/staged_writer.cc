@@ -1,8 +1,9 @@
 #include "pyckpt/staged_writer.h"
 
-#include <algorithm>
 #include <atomic>
 
+#include "pieces.h"
+#include "pyckpt/defaults.h"
 #include "pyckpt/parallel.h"
 #include "write_job.h"
 
@@ -49,33 +50,18 @@ Status StagedWrite::Stage(int threads) {
   if (external_) return Status::InvalidArgument("this write is staged externally (MarkReady)");
   const std::vector<ShardWriteItem>& items = job_->items();
   const std::vector<size_t> order = job_->ItemOrder();
-  // Split big tensors into 4 MiB jobs; a tensor is ready when its last job is done.
-  constexpr uint64_t kJob = 4u << 20;
-  struct Job {
-    size_t item;
-    uint64_t begin, end;
-  };
-  std::vector<Job> jobs;
+  // Split big tensors into copy pieces; a tensor is ready when its last piece is done.
+  std::vector<ItemRange> jobs;
   std::vector<std::atomic<uint32_t>> left(items.size());
   for (size_t i : order) {
-    const uint64_t n = items[i].src.NumBytes();
-    uint32_t count = 0;
-    for (uint64_t b = 0; b < n; b += kJob, ++count) jobs.push_back({i, b, std::min(n, b + kJob)});
-    left[i].store(count);
+    const size_t count = SplitItem(i, items[i].src.NumBytes(), kDefaultCopyPieceSize, &jobs);
+    left[i].store(static_cast<uint32_t>(count));
     if (count == 0) gate_->Mark(i);
   }
   Status st = ParallelFor(jobs.size(), threads, [&](size_t j, int) {
-    const Job& job = jobs[j];
-    const TensorView& dst = items[job.item].src;
-    const TensorView& src = live_[job.item];
-    const uint64_t n = job.end - job.begin;
-    if (dst.IsContiguous()) {
-      GatherRange(src, job.begin, n, dst.data + job.begin);
-    } else if (src.IsContiguous()) {
-      ScatterRange(dst, job.begin, n, src.data + job.begin);
-    } else {
+    const ItemRange& job = jobs[j];
+    if (!CopyRangeDirect(live_[job.item], items[job.item].src, job.begin, job.end - job.begin))
       return Status::InvalidArgument("staging buffers must be contiguous");
-    }
     if (left[job.item].fetch_sub(1) == 1) gate_->Mark(job.item);
     return Status::OK();
   });

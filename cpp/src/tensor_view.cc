@@ -142,4 +142,15 @@ void ScatterRange(const TensorView& dst, uint64_t begin, uint64_t len, const cha
   CopyRange<false>(dst, begin, len, const_cast<char*>(src));
 }
 
+bool CopyRangeDirect(const TensorView& src, const TensorView& dst, uint64_t begin, uint64_t len) {
+  if (dst.IsContiguous()) {
+    GatherRange(src, begin, len, dst.data + begin);
+  } else if (src.IsContiguous()) {
+    ScatterRange(dst, begin, len, src.data + begin);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace pyckpt

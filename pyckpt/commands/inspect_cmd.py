@@ -37,29 +37,28 @@ def tensor_stats(arr: np.ndarray) -> dict:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    """Runs ``pyckpt inspect``: the checkpoint's summary and key table, or with KEY that
-    tensor's ``tensor_stats`` (read under a progress bar); keys in natural order (``w/2``
-    before ``w/10``); returns the exit status (0)."""
-    options = parse_options(args.storage_option)
-    reach(args, args.path, options)
-    reader = load_checkpoint(args.path, storage_options=options)
+def _one_tensor(args: argparse.Namespace, reader: Any) -> int:
+    """``inspect PATH KEY``: that tensor's ``tensor_stats``, read under a progress bar."""
     src = reader.source
-    if args.key is not None:
-        i = src.index_of(args.key)  # an unknown key fails before the bar appears
-        callback, close = progress_bar(args, "read")
-        try:
-            with _progress.reporting(callback, src.nbytes([i])):
-                value = reader.get_tensor(args.key)
-        finally:
-            close()
-        stats = {"key": args.key, **tensor_stats(value)}
-        if args.json:
-            emit_json(stats)
-        else:
-            for k, v in stats.items():
-                print(f"{k:6s} {printable(v) if k == 'key' else v}")
-        return 0
+    i = src.index_of(args.key)  # an unknown key fails before the bar appears
+    callback, close = progress_bar(args, "read")
+    try:
+        with _progress.reporting(callback, src.nbytes([i])):
+            value = reader.get_tensor(args.key)
+    finally:
+        close()
+    stats = {"key": args.key, **tensor_stats(value)}
+    if args.json:
+        emit_json(stats)
+    else:
+        for k, v in stats.items():
+            print(f"{k:6s} {printable(v) if k == 'key' else v}")
+    return 0
+
+
+def _summary(reader: Any) -> dict[str, Any]:
+    """What ``inspect PATH`` reports: the checkpoint's facts and its key table."""
+    src = reader.source
     facts = src.describe()
     foreign = facts.get("tf_dtypes", {})  # TensorFlow strings/variants: no numpy dtype name
 
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                    else src.nbytes([i])), "blocks": src.blocks(i)}
         for i, k in sorted(enumerate(src.keys), key=lambda ik: natural_key(ik[1]))]
     graph = src.graph
-    summary: dict[str, Any] = {
+    return {
         "path": reader.path, "format": src.format, **facts,
         "bytes": sum(t["bytes"] for t in tensors), "info": src.info, "metadata": src.metadata,
         "object_graph": None if graph is None else {
@@ -80,15 +79,16 @@ def run(args: argparse.Namespace) -> int:
             "root_edges": [e[0] for e in graph["children"][0]]},
         "tensors": tensors,
     }
-    if args.json:
-        emit_json(summary)
-        return 0
-    info = src.info
+
+
+def _print_summary(summary: dict[str, Any], fmt: str) -> None:
+    """The human-readable form of ``_summary`` (``fmt``: the source's format name)."""
+    facts, info, tensors = summary, summary["info"], summary["tensors"]
     print(f"checkpoint  {summary['path']}")
     where = (f", {len(facts['files'])} data file(s), checksum chunk {human(facts['chunk_size'])}"
              if "chunk_size" in facts else
-             f", {len(facts['files'])} data file(s) ({facts.get('layout', src.format)})"
-             if "files" in facts else f" ({src.format})")
+             f", {len(facts['files'])} data file(s) ({facts.get('layout', fmt)})"
+             if "files" in facts else f" ({fmt})")
     print(f"size        {human(summary['bytes'])} in {len(tensors)} tensors{where}")
     if info and "attempt" in info:
         print(f"written by  {info.get('library')} {info.get('version')}, attempt "
@@ -98,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
     elif info and info.get("format"):  # a format that does not record its writer
         print(f"format      {info['format']}"
               + (f", producer version {info['producer']}" if "producer" in info else ""))
-    if src.metadata:
-        print(f"metadata    {src.metadata}")
-    if graph is not None:
-        og = summary["object_graph"]
+    if summary["metadata"]:
+        print(f"metadata    {summary['metadata']}")
+    og = summary["object_graph"]
+    if og is not None:
         print(f"objects     {og['nodes']} nodes, {og['values']} values; root edges: "
               f"{', '.join(printable(e) for e in og['root_edges'])}")
     print()
@@ -111,6 +111,22 @@ def run(args: argparse.Namespace) -> int:
         extra = f"  ({t['blocks']} blocks)" if t["blocks"] > 1 else ""
         print(f"{key:{width}s}  {t['dtype']:10s} {str(tuple(t['shape'])):18s} "
               f"{human(t['bytes']):>10s}{extra}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``pyckpt inspect``: the checkpoint's summary and key table, or with KEY that
+    tensor's ``tensor_stats`` (read under a progress bar); keys in natural order (``w/2``
+    before ``w/10``); returns the exit status (0)."""
+    options = parse_options(args.storage_option)
+    reach(args, args.path, options)
+    reader = load_checkpoint(args.path, storage_options=options)
+    if args.key is not None:
+        return _one_tensor(args, reader)
+    summary = _summary(reader)
+    if args.json:
+        emit_json(summary)
+    else:
+        _print_summary(summary, reader.source.format)
     return 0
 
 

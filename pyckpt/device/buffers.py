@@ -17,12 +17,18 @@ smaller when the state shrinks by more than 64 MiB. ``release()`` frees it all.
 ``pyckpt.save`` calls share a process-wide one whose pinned buffers are kept
 (its host-value buffers are dropped after each save), freed by
 ``pyckpt.device.release_staging_memory()``.
+
+A snapshot held on the host (``Checkpoint.snapshot(host=True)``) keeps its copies
+of device values in a ``PinnedPool``: one page-locked buffer per engine, laid
+out as above, freed when the pool is garbage-collected or handed over to the
+next snapshot taken ``into`` it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -31,7 +37,7 @@ from .array import DeviceArray
 from .engine import CopyEngine
 from .loading import release_bounce_buffers
 
-__all__ = ["StagingBuffers", "lease_shared", "release_staging_memory"]
+__all__ = ["StagingBuffers", "PinnedPool", "lease_shared", "release_staging_memory"]
 
 _ALIGN = 256
 _SLACK = 64 << 20  # a pinned buffer larger than needed by more than this is re-allocated
@@ -39,6 +45,37 @@ _SLACK = 64 << 20  # a pinned buffer larger than needed by more than this is re-
 
 def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _engine_bytes(srcs: Sequence[Any]) -> dict[CopyEngine, int]:
+    """Bytes the DeviceArrays among ``srcs`` take in one buffer per engine (each value
+    aligned), engines in order of first appearance."""
+    need: dict[CopyEngine, int] = {}
+    for s in srcs:
+        if isinstance(s, DeviceArray):
+            need[s.engine] = need.get(s.engine, 0) + _aligned(s.nbytes)
+    return need
+
+
+def _fits(slab: np.ndarray | None, need: int) -> bool:
+    """Whether a buffer can be reused for ``need`` bytes: large enough, and not larger
+    by more than ``_SLACK``."""
+    return slab is not None and need <= slab.nbytes <= need + _SLACK
+
+
+def _carve(slabs: dict[CopyEngine, np.ndarray], srcs: Sequence[Any]) -> list[np.ndarray | None]:
+    """Per source: for a DeviceArray, an array of its shape and dtype in the next aligned
+    slice of its engine's buffer (``_engine_bytes`` sized them); None for others."""
+    offsets = dict.fromkeys(slabs, 0)
+    out: list[np.ndarray | None] = []
+    for s in srcs:
+        if not isinstance(s, DeviceArray):
+            out.append(None)
+            continue
+        off = offsets[s.engine]
+        offsets[s.engine] = off + _aligned(s.nbytes)
+        out.append(slabs[s.engine][off:off + s.nbytes].view(s.dtype).reshape(s.shape))
+    return out
 
 
 class StagingBuffers:
@@ -78,20 +115,14 @@ class StagingBuffers:
         the previous call where possible (``hold()`` them until the save ends).
         With ``copy_host`` False, a source that is a host array is its own
         buffer (a blocking save writes it directly)."""
-        need: dict[CopyEngine, int] = {}
-        for s in srcs:
-            if isinstance(s, DeviceArray):
-                need[s.engine] = need.get(s.engine, 0) + _aligned(s.nbytes)
+        need = _engine_bytes(srcs)
         self._fit(need)
-        offsets = dict.fromkeys(need, 0)
+        pinned = _carve(self._slabs, srcs)
         out: list[np.ndarray] = []
         host: dict[str, np.ndarray] = {}
-        for k, s in zip(keys, srcs):
-            if isinstance(s, DeviceArray):
-                off = offsets[s.engine]
-                offsets[s.engine] = off + _aligned(s.nbytes)
-                raw = self._slabs[s.engine][off:off + s.nbytes]
-                out.append(raw.view(s.dtype).reshape(s.shape))
+        for k, s, p in zip(keys, srcs, pinned):
+            if p is not None:
+                out.append(p)
                 continue
             if not copy_host:
                 out.append(s)
@@ -110,7 +141,7 @@ class StagingBuffers:
             eng.free_host(self._slabs.pop(eng))
         for eng, n in need.items():
             slab = self._slabs.get(eng)
-            if slab is not None and n <= slab.nbytes <= n + _SLACK:
+            if _fits(slab, n):
                 continue
             if slab is not None:
                 eng.free_host(self._slabs.pop(eng))
@@ -127,6 +158,54 @@ class StagingBuffers:
                 eng.free_host(slab)
             self._slabs.clear()
             self._host.clear()
+
+
+class PinnedPool:
+    """Page-locked host buffers, one per copy engine, owned by one holder (a
+    ``Snapshot``): each is given back (``engine.free_host``) when the pool is
+    garbage-collected, unless a newer pool took it over (``place(donor=)``)."""
+
+    def __init__(self) -> None:
+        #: engine -> its page-locked buffer
+        self.slabs: dict[CopyEngine, np.ndarray] = {}
+        self._free: dict[CopyEngine, Any] = {}  # engine -> weakref.finalize of its buffer
+
+    def place(self, srcs: Sequence[DeviceArray],
+              donor: "PinnedPool | None" = None) -> list[np.ndarray]:
+        """A host array of each source's shape and dtype, in aligned slices of one
+        page-locked buffer per engine held by this pool: ``donor``'s buffer of that
+        engine where it fits (handed over), else a new one."""
+        need = _engine_bytes(srcs)
+        slabs = {eng: self._slab(eng, n, donor) for eng, n in need.items()}
+        out = [a for a in _carve(slabs, srcs) if a is not None]
+        assert len(out) == len(srcs)  # every source is a DeviceArray
+        return out
+
+    def _slab(self, eng: CopyEngine, need: int, donor: "PinnedPool | None") -> np.ndarray:
+        """A page-locked buffer of at least ``need`` bytes of ``eng``, owned from now on
+        (an empty array, not owned, for 0 bytes)."""
+        if need == 0:
+            return np.empty(0, dtype=np.uint8)
+        if donor is not None and _fits(donor.slabs.get(eng), need):
+            slab = donor._give(eng)
+            assert slab is not None
+        else:
+            slab = eng.alloc_host(need)
+        self._own(eng, slab)
+        return slab
+
+    def _own(self, eng: CopyEngine, buf: np.ndarray) -> None:
+        """Takes ownership of a page-locked buffer of ``eng`` (given back with the pool)."""
+        self.slabs[eng] = buf
+        self._free[eng] = weakref.finalize(self, eng.free_host, buf)
+
+    def _give(self, eng: CopyEngine) -> np.ndarray | None:
+        """Hands the page-locked buffer of ``eng`` over to another pool."""
+        buf = self.slabs.pop(eng, None)
+        fin = self._free.pop(eng, None)
+        if fin is not None:
+            fin.detach()
+        return buf
 
 
 _SHARED = StagingBuffers()

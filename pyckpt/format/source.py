@@ -4,7 +4,7 @@
 command read through this interface and never look inside a format. Opening a
 path (``pyckpt.sources.open_source``) picks the implementation: pyckpt's own
 format (``engine/reader.py``, local or remote) or a safetensors file
-(``interop/safetensors.py``); a new format is one more implementation,
+(``codecs/safetensors.py``); a new format is one more implementation,
 registered with ``pyckpt.sources.register_format``.
 
 Tensors are addressed by their position ``i`` in ``keys`` (stored order):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
@@ -40,3 +42,14 @@ def path_string(path: list[str]) -> str:
 #: How reports (``unmatched_checkpoint_keys``) name a state stored without a key (a
 #: string in a dict, a state dict holding no array or number): its path and this.
 STATE_SUFFIX = "/.ATTRIBUTES/PYTHON_STATE"
+
+
+def index_lists(tree: Any) -> Any:
+    """Nested dicts whose keys are all 0..n-1 become lists (stored list indices: the
+    edge names of a list's items), as a restore from a checkpoint builds them."""
+    if not isinstance(tree, dict):
+        return tree
+    out = {k: index_lists(v) for k, v in tree.items()}
+    if out and all(k.isdigit() for k in out) and sorted(map(int, out)) == list(range(len(out))):
+        return [out[str(i)] for i in range(len(out))]
+    return out

@@ -13,11 +13,13 @@ Python values in lists and dicts, and the leaves of state dicts, are PyValues
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from ..registry import node_proxy
+from ..tree import path_trie
 from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
@@ -127,22 +129,19 @@ def can_defer(obj: Any) -> bool:
     return isinstance(obj, (Trackable, TrackedList, TrackedDict))
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class LiveGraph:
     """A breadth-first numbering of the live objects reachable from a root."""
 
-    __slots__ = ("objects", "parents", "names", "prefixes", "edges", "values", "templates",
-                 "units", "ids")
-
-    def __init__(self) -> None:
-        self.objects: list[Any] = []
-        self.parents: list[int] = []     # first (breadth-first) parent, -1 for the root
-        self.names: list[str] = []       # edge name from that parent
-        self.prefixes: list[str] = []    # escaped key path of the node ("" for the root)
-        self.edges: list[list[tuple[str, int]]] = []
-        self.values: list[int] = []      # node ids holding values
-        self.templates: dict[int, Any] = {}  # node -> template of its state (stateful.py)
-        self.units: list[int] = []       # objects restored as a whole, not descended into
-        self.ids: dict[int, int] = {}    # id(object) -> node
+    objects: list[Any] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)   # first breadth-first parent, -1: root
+    names: list[str] = field(default_factory=list)     # edge name from that parent
+    prefixes: list[str] = field(default_factory=list)  # escaped key path ("" for the root)
+    edges: list[list[tuple[str, int]]] = field(default_factory=list)
+    values: list[int] = field(default_factory=list)    # node ids holding values
+    templates: dict[int, Any] = field(default_factory=dict)  # node -> its state's template
+    units: list[int] = field(default_factory=list)     # restored as a whole, not descended into
+    ids: dict[int, int] = field(default_factory=dict)  # id(object) -> node
 
     def path(self, i: int) -> list[str]:
         """The edge names from the root to node i."""
@@ -281,6 +280,14 @@ def _where(g: LiveGraph, i: int) -> str:
     return ".".join(path) if path else "the root"
 
 
+def _key_path(key: str) -> list[str]:
+    """The path a key of a checkpoint without a graph stands for: its ``/``-split parts,
+    unescaped for a TensorFlow-style key (``a/b/.ATTRIBUTES/VARIABLE_VALUE``)."""
+    if key.endswith(VALUE_SUFFIX):
+        return [unescape(p) for p in key[: -len(VALUE_SUFFIX)].split("/")]
+    return key.split("/")
+
+
 class StoredGraph:
     """The object graph of a checkpoint: per node, its named edges, the key of its
     value, and its state (the tree of a stateful object's state dict or of a Python
@@ -344,25 +351,10 @@ class StoredGraph:
 
         TensorFlow-style keys (``a/b/.ATTRIBUTES/VARIABLE_VALUE``) become the value
         of node ``a/b`` with their components unescaped."""
-        edges: list[list[tuple[str, int]]] = [[]]
-        value: list[str | None] = [None]
-        index: list[dict[str, int]] = [{}]
-        for key in keys:
-            if key.endswith(VALUE_SUFFIX):
-                parts = [unescape(p) for p in key[: -len(VALUE_SUFFIX)].split("/")]
-            else:
-                parts = key.split("/")
-            node = 0
-            for p in parts:
-                nxt = index[node].get(p)
-                if nxt is None:
-                    nxt = len(value)
-                    edges.append([])
-                    value.append(None)
-                    index.append({})
-                    edges[node].append((p, nxt))
-                    index[node][p] = nxt
-                node = nxt
+        keys = list(keys)
+        edges, ends = path_trie(_key_path(k) for k in keys)
+        value: list[str | None] = [None] * len(edges)
+        for key, node in zip(keys, ends):
             value[node] = key
         return cls(edges, value)
 

@@ -81,74 +81,102 @@ def make_plan(source: ValueSource, root: Any, exclude_objects: tuple = (),
     """The RestorePlan of restoring ``source`` into ``root`` now, reading no value;
     ``exclude_objects`` and ``exclude_keys`` are left out as the restore would."""
     g = source.graph
-    excl_obj = {id(o) for o in exclude_objects}
     excl_keys = set(exclude_keys)
-    live = traverse(root, skip=excl_obj, whole_units=True)
-    live_index = {ident(o): i for i, o in enumerate(live.objects)}
-    matched: dict[int, Any] = {}
-    restore: list[tuple[str, str]] = []
-    conflicts: list[Conflict] = []
-    pending_nodes: list[int] = []
-    matched_live: set[Any] = set()
-    consumed: set[int] = set()
-    queue = [(root, 0)]
-    head = 0
-    while head < len(queue):
-        o, n = queue[head]
-        head += 1
-        if n in matched:
-            continue
-        matched[n] = o
-        whole = isinstance(o, PyValue) or unit_restorer(o) is not None
-        if whole:  # restored by replacement / as a whole: from its state, or the keys below
-            if isinstance(o, PyValue) and g.value[n] is None and g.state[n] is None:
-                continue
-            i = live_index.get(ident(o))
-            where = path_string(live.paths[i]) if i is not None else "?"
-            below = _nodes_below(g, [n]) if not isinstance(o, PyValue) else {n}
-            if g.state[n] is not None:
-                below |= _state_nodes(g, n)
-            keys: list[str] = sorted(k for k in (g.value[m] for m in below)
-                                     if k is not None and k not in excl_keys)
-            if not keys and g.state[n] is None:
-                continue
-            paths = g.paths()
-            restore.extend((k, where) for k in keys or
-                           ["/".join(escape(x) for x in paths[n] or []) + STATE_SUFFIX])
-            consumed |= below | {n}
-            matched_live.add(ident(o))
-            continue
-        key = g.value[n]
-        arr = value_array(o)
-        if key is not None and key not in excl_keys and arr is not None:
-            shape, dtype = source.shape_dtype(key)
-            i = live_index.get(id(o))
-            where = path_string(live.paths[i]) if i is not None else "?"
-            if tuple(arr.shape) != tuple(shape) or not same_dtype(arr.dtype, dtype):
-                stored_name, live_name = describe_dtypes(dtype, arr.dtype)
-                conflicts.append(Conflict(key, tuple(shape), stored_name, tuple(arr.shape),
-                                          live_name))
-            else:
-                restore.append((key, where))
-                matched_live.add(id(o))
-                consumed.add(n)
-        for edge, child in g.edges[n]:
-            if child in matched:
-                continue
-            c = get_child(o, edge)
-            if c is MISSING:
-                if can_defer(o):
-                    pending_nodes.append(child)
-            else:
-                queue.append((c, child))
-    unmatched_keys = unrestored_keys(g, consumed, excl_keys)
-    pending = sorted(_keys_below(g, pending_nodes, excl_keys) & set(unmatched_keys))
+    walk = _DryRun(source, root, {id(o) for o in exclude_objects}, excl_keys)
+    unmatched_keys = unrestored_keys(g, walk.consumed, excl_keys)
+    pending = sorted(_keys_below(g, walk.pending_nodes, excl_keys) & set(unmatched_keys))
+    live = walk.live
     unmatched_objects = [path_string(live.paths[v]) for v in live_values(live)
-                         if ident(live.objects[v]) not in matched_live]
+                         if ident(live.objects[v]) not in walk.matched_live]
     suggestion = None
     if unmatched_keys and unmatched_objects:
         suggestion = _suggest_prefix(g, live, excl_keys)
-    return RestorePlan(restore, pending, unmatched_keys, unmatched_objects, conflicts, suggestion)
+    return RestorePlan(walk.restore, pending, unmatched_keys, unmatched_objects, walk.conflicts,
+                       suggestion)
+
+
+class _DryRun:
+    """The matching walk of a restore (restore.py), reading no value: breadth-first
+    from the root, so the first path to a node wins; what it would restore, the
+    conflicts, the nodes left pending and what it consumed."""
+
+    def __init__(self, source: ValueSource, root: Any, excl_obj: set[int],
+                 excl_keys: set[str]) -> None:
+        self.source = source
+        self.g = source.graph
+        self.excl_keys = excl_keys
+        self.live = traverse(root, skip=excl_obj, whole_units=True)
+        self.live_index = {ident(o): i for i, o in enumerate(self.live.objects)}
+        self.matched: dict[int, Any] = {}
+        self.restore: list[tuple[str, str]] = []
+        self.conflicts: list[Conflict] = []
+        self.pending_nodes: list[int] = []
+        self.matched_live: set[Any] = set()
+        self.consumed: set[int] = set()
+        self._walk(root)
+
+    def _walk(self, root: Any) -> None:
+        queue = [(root, 0)]
+        head = 0
+        while head < len(queue):
+            o, n = queue[head]
+            head += 1
+            if n in self.matched:
+                continue
+            self.matched[n] = o
+            if isinstance(o, PyValue) or unit_restorer(o) is not None:
+                self._whole(o, n)  # restored by replacement / as a whole: not descended into
+                continue
+            self._value(o, n)
+            for edge, child in self.g.edges[n]:
+                if child in self.matched:
+                    continue
+                c = get_child(o, edge)
+                if c is MISSING:
+                    if can_defer(o):
+                        self.pending_nodes.append(child)
+                else:
+                    queue.append((c, child))
+
+    def _where(self, i: int | None) -> str:
+        return path_string(self.live.paths[i]) if i is not None else "?"
+
+    def _whole(self, o: Any, n: int) -> None:
+        """An object restored by replacement or as a whole: from its state, or the keys
+        below it."""
+        g = self.g
+        if isinstance(o, PyValue) and g.value[n] is None and g.state[n] is None:
+            return
+        where = self._where(self.live_index.get(ident(o)))
+        below = _nodes_below(g, [n]) if not isinstance(o, PyValue) else {n}
+        if g.state[n] is not None:
+            below |= _state_nodes(g, n)
+        keys: list[str] = sorted(k for k in (g.value[m] for m in below)
+                                 if k is not None and k not in self.excl_keys)
+        if not keys and g.state[n] is None:
+            return
+        paths = g.paths()
+        self.restore.extend((k, where) for k in keys or
+                            ["/".join(escape(x) for x in paths[n] or []) + STATE_SUFFIX])
+        self.consumed |= below | {n}
+        self.matched_live.add(ident(o))
+
+    def _value(self, o: Any, n: int) -> None:
+        """A value node matched with ``o``: restored, or a conflict."""
+        key = self.g.value[n]
+        arr = value_array(o)
+        if key is None or key in self.excl_keys or arr is None:
+            return
+        shape, dtype = self.source.shape_dtype(key)
+        where = self._where(self.live_index.get(id(o)))
+        if tuple(arr.shape) != tuple(shape) or not same_dtype(arr.dtype, dtype):
+            stored_name, live_name = describe_dtypes(dtype, arr.dtype)
+            self.conflicts.append(Conflict(key, tuple(shape), stored_name, tuple(arr.shape),
+                                           live_name))
+        else:
+            self.restore.append((key, where))
+            self.matched_live.add(id(o))
+            self.consumed.add(n)
 
 
 def _nodes_below(g: Any, nodes: list[int]) -> set[int]:

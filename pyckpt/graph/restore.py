@@ -22,7 +22,7 @@ from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_ord
 from ..device.array import DeviceArray
 from ..tree import skeleton_leaves, unflatten
 from . import deferred
-from .keys import STATE_SUFFIX, escape, path_string
+from .keys import STATE_SUFFIX, escape, index_lists, path_string
 from .object_graph import (MISSING, can_defer, get_child, ident, traverse, unit_restorer,
                            value_array, value_target)
 from .sources import ValueSource
@@ -182,7 +182,7 @@ class RestoreSession:
         self.source.read(keys, arrays)
         for (c, edge, out), arr in zip(nodes, arrays):
             out[edge] = arr
-        unit._pyckpt_restore(_lists(values))
+        unit._pyckpt_restore(index_lists(values))
         self.consumed.update(c for c, _, _ in nodes)
         self.units.add(id(obj))
 
@@ -305,16 +305,6 @@ def unrestored_keys(g: Any, consumed: set[int], exclude_keys: set[str]) -> list[
         if p is not None:
             out.append("/".join(escape(x) for x in p) + STATE_SUFFIX)
     return sorted(out)
-
-
-def _lists(tree: Any) -> Any:
-    """Nested dicts whose keys are all 0..n-1 become lists (stored list indices)."""
-    if not isinstance(tree, dict):
-        return tree
-    out = {k: _lists(v) for k, v in tree.items()}
-    if out and all(k.isdigit() for k in out) and sorted(map(int, out)) == list(range(len(out))):
-        return [out[str(i)] for i in range(len(out))]
-    return out
 
 
 def _listing(items: list[str], limit: int = 50) -> str:

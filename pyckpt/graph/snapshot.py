@@ -5,151 +5,34 @@ on their device: a snapshot keeps its copy of a device value in a buffer on
 the same device (or, when asked, in page-locked host memory), and copies
 between two values of one device run on that device, ordered with the
 caller's own work (``CopyEngine.copy``), never crossing PCIe. Host values are
-copied in parallel by the C++ core. ``copy_values`` is the one routine that
-moves a batch of values between any mix of host arrays and DeviceArrays.
+copied in parallel by the C++ core. The copies are made by
+``pyckpt.device.copies.copy_values``, the one routine that moves a batch of
+values between any mix of host arrays and DeviceArrays; page-locked buffers
+come from ``pyckpt.device.buffers.PinnedPool``.
 """
 
 from __future__ import annotations
 
-import weakref
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable
 
 import numpy as np
 
-from .._native import core as _core
-from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
+from .._dtypes import describe_dtypes, same_dtype
 from ..device.array import DeviceArray
-from ..device.engine import CopyEngine, Ticket
+from ..device.buffers import PinnedPool
+from ..device.copies import Value, copy_values
+from ..device.engine import CopyEngine
 from ..load_into import collect_targets
 from ..registry import node_proxy
 from ..tree import flatten, rebuild_leaf, skeleton_leaves, unflatten
 from ..variables import Variable
-from .keys import VALUE_SUFFIX, escape, unescape
+from .keys import VALUE_SUFFIX, escape, index_lists, unescape
 from .nodes import value_target
 from .object_graph import StoredGraph, traverse, unit_restorer
 from .stateful import PyValue
 from .trackable import Trackable
 
 __all__ = ["Snapshot", "take_snapshot", "copy_state", "copy_values"]
-
-#: A value as the copy routines see it: a host array or an array in device memory.
-Value = Union[np.ndarray, DeviceArray]
-
-_ALIGN = 256          # alignment of each value inside a pinned host buffer
-_SLACK = 64 << 20     # a reused pinned buffer may exceed the need by at most this
-
-
-# ---------------------------------------------------------------------------
-# Moving values
-# ---------------------------------------------------------------------------
-
-def _wait_all(tickets: Sequence[Ticket]) -> None:
-    """Waits for every ticket, then raises the first error (no copy is left in flight)."""
-    first: BaseException | None = None
-    for t in tickets:
-        try:
-            t.wait()
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others landed
-            if first is None:
-                first = e
-    if first is not None:
-        raise first
-
-
-def _host_copy(srcs: list[np.ndarray], dsts: list[np.ndarray], threads: int) -> None:
-    """Host to host, in parallel (C++ core); a destination in the other byte order is
-    filled through a view of the source's dtype, then swapped in place."""
-    if not srcs:
-        return
-    views, swap = [], []
-    for s, d in zip(srcs, dsts):
-        view, swapped = source_order_view(d, s.dtype)  # the copy is of raw bytes
-        if swapped:
-            swap.append(d)
-        views.append(view)
-    _core.copy_arrays(list(srcs), views, threads)
-    finish_byte_order(swap)
-
-
-def copy_values(srcs: Sequence[Value], dsts: Sequence[Value], threads: int = 0) -> None:
-    """Copies each of ``srcs`` into the matching destination, in place. Each is a host
-    array or a DeviceArray; each pair has the same shape and the same dtype up to byte
-    order (the caller checked). Returns once every copy is done, or, for copies
-    between two DeviceArrays of one engine, once they are queued on the device
-    ordered with the caller's work (later work sees the values).
-
-    - device to device (same engine and dtype): one ``engine.copy`` batch per engine;
-    - device to host: ``engine.to_host`` (through a temporary when the destination is
-      not C-contiguous or not in the source's dtype), waited for;
-    - host to device: ``engine.to_device`` (from a C-contiguous copy in the
-      destination's dtype where needed), waited for;
-    - device to device across engines: to host memory, then to the other device;
-    - host to host: in parallel in the C++ core.
-
-    A destination DeviceArray is always written on its device, never replaced.
-    """
-    host_s: list[np.ndarray] = []
-    host_d: list[np.ndarray] = []
-    d2d: dict[CopyEngine, tuple[list[DeviceArray], list[DeviceArray]]] = {}
-    d2h: dict[CopyEngine, tuple[list[DeviceArray], list[np.ndarray]]] = {}
-    h2d: dict[CopyEngine, tuple[list[np.ndarray], list[DeviceArray]]] = {}
-    bounce: list[tuple[np.ndarray, Value]] = []  # (landed host copy, final destination)
-    for s, d in zip(srcs, dsts):
-        if isinstance(s, DeviceArray):
-            if isinstance(d, DeviceArray) and d.engine is s.engine and d.dtype == s.dtype:
-                pair = d2d.setdefault(s.engine, ([], []))
-                pair[0].append(s)
-                pair[1].append(d)
-                continue
-            tmp: np.ndarray
-            if isinstance(d, np.ndarray) and d.dtype == s.dtype and d.flags.c_contiguous:
-                tmp = d  # straight into the destination
-            else:
-                tmp = np.empty(s.shape, dtype=s.dtype)
-                bounce.append((tmp, d))
-            down = d2h.setdefault(s.engine, ([], []))
-            down[0].append(s)
-            down[1].append(tmp)
-        elif isinstance(d, DeviceArray):
-            up = h2d.setdefault(d.engine, ([], []))
-            up[0].append(_for_device(s, d))
-            up[1].append(d)
-        else:
-            host_s.append(s)
-            host_d.append(d)
-    tickets: list[Ticket] = []
-    try:
-        for eng, (ds, hs) in d2h.items():
-            tickets.extend(eng.to_host(ds, hs))
-        for eng, (hs, ds) in h2d.items():
-            tickets.extend(eng.to_device(hs, ds))
-        for eng, (a, b) in d2d.items():
-            eng.copy(a, b)
-        _host_copy(host_s, host_d, threads)
-    finally:
-        _wait_all(tickets)
-    if not bounce:
-        return
-    second: list[Ticket] = []
-    back_s: list[np.ndarray] = []
-    back_d: list[np.ndarray] = []
-    try:
-        for tmp, d in bounce:
-            if isinstance(d, DeviceArray):
-                second.extend(d.engine.to_device([_for_device(tmp, d)], [d]))
-            else:
-                back_s.append(tmp)
-                back_d.append(d)
-        _host_copy(back_s, back_d, threads)
-    finally:
-        _wait_all(second)
-
-
-def _for_device(host: np.ndarray, dst: DeviceArray) -> np.ndarray:
-    """``host`` as a C-contiguous array of ``dst``'s dtype (itself where it is one)."""
-    if host.dtype == dst.dtype and host.flags.c_contiguous:
-        return host
-    return np.ascontiguousarray(host, dtype=dst.dtype)  # converts the byte order too
 
 
 # ---------------------------------------------------------------------------
@@ -178,8 +61,7 @@ class Snapshot:
         self.graph = graph
         self.arrays = arrays
         self.graph_doc = graph_doc  # the manifest form of the graph, for writing it out
-        self._pinned: dict[CopyEngine, np.ndarray] = {}  # page-locked buffers we own
-        self._free: dict[CopyEngine, Any] = {}           # their weakref.finalize
+        self._pool = PinnedPool()  # the page-locked buffers we own (``host=True``)
 
     def keys(self) -> list[str]:
         """The keys of the copied values."""
@@ -202,27 +84,15 @@ class Snapshot:
         """Bytes of the copies held in device memory."""
         return sum(a.nbytes for a in self.arrays.values() if isinstance(a, DeviceArray))
 
-    def _own_pinned(self, eng: CopyEngine, buf: np.ndarray) -> None:
-        """Takes ownership of a page-locked buffer of ``eng`` (given back with us)."""
-        self._pinned[eng] = buf
-        self._free[eng] = weakref.finalize(self, eng.free_host, buf)
-
-    def _give_pinned(self, eng: CopyEngine) -> np.ndarray | None:
-        """Hands our page-locked buffer of ``eng`` over to a newer snapshot."""
-        buf = self._pinned.pop(eng, None)
-        fin = self._free.pop(eng, None)
-        if fin is not None:
-            fin.detach()
-        return buf
+    @property
+    def _pinned(self) -> dict[CopyEngine, np.ndarray]:
+        """Our page-locked buffers, by engine."""
+        return self._pool.slabs
 
     def __repr__(self) -> str:
         dev = self.device_nbytes
         where = f", {dev / 1e6:.1f} MB on device" if dev else ""
         return f"<Snapshot: {len(self.arrays)} values, {self.nbytes / 1e6:.1f} MB{where}>"
-
-
-def _aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
 def _same_buffer(old: Any, src: Value) -> bool:
@@ -250,31 +120,8 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     live = traverse(root)
     keys = live.value_keys()
     srcs: list[Value] = [live.array_of(n) for n in live.values]
-    reuse: dict[str, Value] = into.arrays if into is not None else {}
-    dsts: list[Value | None] = [None] * len(srcs)
-    pinned: dict[CopyEngine, list[int]] = {}
-    for i, (key, src) in enumerate(zip(keys, srcs)):
-        old = reuse.get(key)
-        if isinstance(src, DeviceArray) and host:
-            pinned.setdefault(src.engine, []).append(i)
-        elif old is not None and _same_buffer(old, src):
-            if isinstance(old, np.ndarray):
-                old.flags.writeable = True  # our own buffer, made read-only when handed out
-            dsts[i] = old
-        elif isinstance(src, DeviceArray):
-            dsts[i] = src.engine.empty_like(src)
-        else:
-            dsts[i] = np.empty(src.shape, dtype=src.dtype)
     snap = Snapshot(StoredGraph([], []), {})
-    for eng, idx in pinned.items():
-        slab = _pinned_slab(eng, sum(_aligned(srcs[i].nbytes) for i in idx), into, snap)
-        off = 0
-        for i in idx:
-            s = srcs[i]
-            dsts[i] = slab[off:off + s.nbytes].view(s.dtype).reshape(s.shape)
-            off += _aligned(s.nbytes)
-    final: list[Value] = [d for d in dsts if d is not None]
-    assert len(final) == len(srcs)
+    final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
     copy_values(srcs, final, threads)
     doc = live.to_json()
     snap.graph = StoredGraph.from_doc(doc)
@@ -286,19 +133,32 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     return snap
 
 
-def _pinned_slab(eng: CopyEngine, need: int, into: Snapshot | None, snap: Snapshot) -> np.ndarray:
-    """A page-locked buffer of at least ``need`` bytes for ``snap``: ``into``'s when it
-    fits (handed over), else a new one."""
-    if need == 0:
-        return np.empty(0, dtype=np.uint8)
-    old = into._pinned.get(eng) if into is not None else None
-    if into is not None and old is not None and need <= old.nbytes <= need + _SLACK:
-        slab = into._give_pinned(eng)
-        assert slab is not None
-    else:
-        slab = eng.alloc_host(need)
-    snap._own_pinned(eng, slab)
-    return slab
+def _snapshot_buffers(keys: list[str], srcs: list[Value], into: Snapshot | None, host: bool,
+                      pool: PinnedPool) -> list[Value]:
+    """A buffer for the copy of each source: ``into``'s buffer of the key where it
+    fits, else a new one (on the source's device; in ``pool``'s page-locked memory
+    for a device value with ``host``)."""
+    reuse: dict[str, Value] = into.arrays if into is not None else {}
+    dsts: list[Value | None] = [None] * len(srcs)
+    pinned: list[tuple[int, DeviceArray]] = []
+    for i, (key, src) in enumerate(zip(keys, srcs)):
+        old = reuse.get(key)
+        if isinstance(src, DeviceArray) and host:
+            pinned.append((i, src))
+        elif old is not None and _same_buffer(old, src):
+            if isinstance(old, np.ndarray):
+                old.flags.writeable = True  # our own buffer, made read-only when handed out
+            dsts[i] = old
+        elif isinstance(src, DeviceArray):
+            dsts[i] = src.engine.empty_like(src)
+        else:
+            dsts[i] = np.empty(src.shape, dtype=src.dtype)
+    placed = pool.place([src for _, src in pinned], into._pool if into is not None else None)
+    for (i, _), buf in zip(pinned, placed):
+        dsts[i] = buf
+    final: list[Value] = [d for d in dsts if d is not None]
+    assert len(final) == len(srcs)
+    return final
 
 
 # ---------------------------------------------------------------------------
@@ -395,16 +255,7 @@ def _nested(paths: list[list[str]], values: list[np.ndarray]) -> Any:
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = v
-    return _lists(tree)
-
-
-def _lists(tree: Any) -> Any:
-    if not isinstance(tree, dict):
-        return tree
-    out = {k: _lists(v) for k, v in tree.items()}
-    if out and all(k.isdigit() for k in out) and sorted(map(int, out)) == list(range(len(out))):
-        return [out[str(i)] for i in range(len(out))]
-    return out
+    return index_lists(tree)
 
 
 def _below(prefix: str, key: str) -> list[str] | None:
@@ -438,60 +289,96 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     """
     s, states = _sources(src)
     d = _targets(dst)
-    problems: list[str] = []
-    unit_keys: list[list[str]] = []
-    claimed: set[str] = set()
-    for prefix, _ in d.units:
-        ks = [k for k in s if k not in d.arrays and k not in d.setters
-              and _below(prefix, k) is not None]
-        claimed.update(ks)
-        unit_keys.append(ks)
-    if strict:
-        missing = [k for k in s if k not in d.arrays and k not in d.setters and k not in claimed]
-        extra = [k for k in list(d.arrays) + list(d.setters) if k not in s]
-        extra += [f"{prefix or '<root>'} (restored as a whole)"
-                  for (prefix, _), ks in zip(d.units, unit_keys) if not ks and prefix not in states]
-        extra += [f"{prefix} (a {type(pv.value).__name__})" for prefix, pv in d.texts
-                  if prefix not in states]
-        if missing:
-            problems.append(f"{len(missing)} key(s) of the source missing in the destination: "
-                            + ", ".join(map(repr, missing[:20])))
-        if extra:
-            problems.append(f"{len(extra)} key(s) of the destination missing in the source: "
-                            + ", ".join(map(repr, extra[:20])))
-    pairs_src: list[Value] = []
-    pairs_dst: list[Value] = []
-    finish: list[Callable[[], None]] = []
-    setters: list[tuple[Callable[[Any], None], str, Value]] = []
-    for key, arr in s.items():
-        if key in d.setters:
-            setter, kind = d.setters[key]
-            if tuple(arr.shape) != ():
-                if strict:
+    unit_keys = [[k for k in s if k not in d.arrays and k not in d.setters
+                  and _below(prefix, k) is not None] for prefix, _ in d.units]
+    problems = _key_problems(s, d, states, unit_keys) if strict else []
+    pairs = _Pairs.match(s, d, strict, problems)
+    if problems:
+        raise ValueError("copy_state: source and destination differ:\n  " + "\n  ".join(problems))
+    _restore_units(s, d, states, unit_keys, threads)
+    copy_values(pairs.srcs, pairs.dsts, threads)
+    for f in pairs.finish:
+        f()
+    for prefix, pv in d.texts:  # strings, None...: from the source's stored state
+        if prefix in states and not skeleton_leaves(states[prefix]):
+            pv.put(unflatten(states[prefix], {}))
+    scalars = [np.empty(arr.shape, dtype=arr.dtype) for _, _, arr in pairs.setters]
+    copy_values([arr for _, _, arr in pairs.setters], scalars, threads)
+    for (setter, kind, _), value in zip(pairs.setters, scalars):
+        setter(rebuild_leaf(kind, value))
+    return dst
+
+
+def _key_problems(s: dict[str, Value], d: _Targets, states: dict[str, Any],
+                  unit_keys: list[list[str]]) -> list[str]:
+    """The keys of one side that the other lacks, as copy_state reports them."""
+    claimed = {k for ks in unit_keys for k in ks}
+    missing = [k for k in s if k not in d.arrays and k not in d.setters and k not in claimed]
+    extra = [k for k in list(d.arrays) + list(d.setters) if k not in s]
+    extra += [f"{prefix or '<root>'} (restored as a whole)"
+              for (prefix, _), ks in zip(d.units, unit_keys) if not ks and prefix not in states]
+    extra += [f"{prefix} (a {type(pv.value).__name__})" for prefix, pv in d.texts
+              if prefix not in states]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} key(s) of the source missing in the destination: "
+                        + ", ".join(map(repr, missing[:20])))
+    if extra:
+        problems.append(f"{len(extra)} key(s) of the destination missing in the source: "
+                        + ", ".join(map(repr, extra[:20])))
+    return problems
+
+
+class _Pairs:
+    """The values copy_state copies: (source, destination) pairs filled in place, the
+    finishes to run once they are, and the leaves replaced through setters."""
+
+    def __init__(self) -> None:
+        self.srcs: list[Value] = []
+        self.dsts: list[Value] = []
+        self.finish: list[Callable[[], None]] = []
+        self.setters: list[tuple[Callable[[Any], None], str, Value]] = []
+
+    @classmethod
+    def match(cls, s: dict[str, Value], d: _Targets, strict: bool,
+              problems: list[str]) -> "_Pairs":
+        """The pairs of the keys both sides hold; what cannot be copied is appended to
+        ``problems`` (shape and dtype mismatches with ``strict`` only)."""
+        pairs = cls()
+        for key, arr in s.items():
+            if key in d.setters:
+                setter, kind = d.setters[key]
+                if tuple(arr.shape) == ():
+                    pairs.setters.append((setter, kind, arr))
+                elif strict:
                     problems.append(f"{key!r}: source shape {tuple(arr.shape)}, destination "
                                     f"is a scalar")
-                continue
-            setters.append((setter, kind, arr))
-            continue
-        if key not in d.arrays:
-            continue
-        target, after = d.arrays[key]
+            elif key in d.arrays:
+                pairs._add(key, arr, *d.arrays[key], strict, problems)
+        return pairs
+
+    def _add(self, key: str, arr: Value, target: Value, after: Callable[[], None] | None,
+             strict: bool, problems: list[str]) -> None:
         if tuple(target.shape) != tuple(arr.shape) or not same_dtype(target.dtype, arr.dtype):
             if strict:
                 ours, theirs = describe_dtypes(arr.dtype, target.dtype)
                 problems.append(f"{key!r}: source shape {tuple(arr.shape)} dtype {ours}, "
                                 f"destination shape {tuple(target.shape)} dtype {theirs}")
-            continue
+            return
         if isinstance(target, np.ndarray) and not target.flags.writeable:
             problems.append(f"{key!r}: destination array is read-only")
-            continue
-        pairs_src.append(arr)
-        pairs_dst.append(target)
+            return
+        self.srcs.append(arr)
+        self.dsts.append(target)
         if after is not None:
-            finish.append(after)
-    if problems:
-        raise ValueError("copy_state: source and destination differ:\n  " + "\n  ".join(problems))
-    # objects restored as a whole get fresh host copies of their values (as from a file)
+            self.finish.append(after)
+
+
+def _restore_units(s: dict[str, Value], d: _Targets, states: dict[str, Any],
+                   unit_keys: list[list[str]], threads: int) -> None:
+    """Restores each object of ``d`` restored as a whole from fresh host copies of the
+    source's values below it (as from a file): from its exact stored state where
+    it has one and can load it, else from the tree of those values."""
     unit_vals: list[list[np.ndarray]] = []
     for ks in unit_keys:
         vals = [np.empty(s[k].shape, dtype=s[k].dtype) for k in ks]
@@ -504,14 +391,3 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
         elif ks:
             paths = [_below(prefix, k) or [] for k in ks]
             unit._pyckpt_restore(_nested(paths, vals))
-    copy_values(pairs_src, pairs_dst, threads)
-    for f in finish:
-        f()
-    for prefix, pv in d.texts:  # strings, None...: from the source's stored state
-        if prefix in states and not skeleton_leaves(states[prefix]):
-            pv.put(unflatten(states[prefix], {}))
-    scalars = [np.empty(arr.shape, dtype=arr.dtype) for _, _, arr in setters]
-    copy_values([arr for _, _, arr in setters], scalars, threads)
-    for (setter, kind, _), value in zip(setters, scalars):
-        setter(rebuild_leaf(kind, value))
-    return dst

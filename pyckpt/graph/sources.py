@@ -6,10 +6,10 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from ..device.copies import copy_values
 from ..errors import CorruptCheckpointError
 from ..format.source import CheckpointSource
 from .object_graph import StoredGraph
-from .snapshot import copy_values
 
 
 class ValueSource(Protocol):
@@ -78,5 +78,5 @@ class SnapshotSource:
 
     def read(self, keys: Sequence[str], dsts: Sequence[Any]) -> None:
         """Copies the snapshot's values of ``keys`` into ``dsts`` (host arrays or
-        DeviceArrays; ``snapshot.copy_values``)."""
+        DeviceArrays; ``device.copies.copy_values``)."""
         copy_values([self.snapshot.arrays[k] for k in keys], dsts)

@@ -22,6 +22,7 @@ and ``resolve`` turns it into JSON once the graph has numbered them.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -44,6 +45,7 @@ def is_python_value(obj: Any) -> bool:
     return type(obj) in _PY_TYPES or isinstance(obj, np.generic)
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class PyValue:
     """A value of the graph restored by replacement (module doc).
 
@@ -53,12 +55,12 @@ class PyValue:
     dict holding it and its index or key there (None under a StateNode, whose
     state dict is rebuilt as a whole)."""
 
-    __slots__ = ("value", "array", "kind", "static", "parent", "name")
-
-    def __init__(self, value: Any, array: Any, kind: str | None, static: Any,
-                 parent: Any = None, name: Any = None) -> None:
-        self.value, self.array, self.kind, self.static = value, array, kind, static
-        self.parent, self.name = parent, name
+    value: Any
+    array: Any
+    kind: str | None
+    static: Any
+    parent: Any = None
+    name: Any = None
 
     @classmethod
     def of(cls, value: Any, parent: Any = None, name: Any = None) -> "PyValue | None":

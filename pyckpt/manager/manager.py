@@ -77,7 +77,7 @@ class CheckpointManager:
             raise ValueError("checkpoint_interval needs a step_counter")
         self._checkpoint = checkpoint
         self._init_fn = init_fn
-        durable = dict(keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
+        durable: dict[str, Any] = dict(keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
                        checkpoint_name=checkpoint_name, best_fn=best_fn, best_mode=best_mode,
                        storage_options=storage_options, lease_seconds=lease_seconds,
                        clock=clock, comm=comm)
@@ -94,9 +94,10 @@ class CheckpointManager:
         if local_max_to_keep is not None and local_max_to_keep < 1:
             raise ValueError("local_max_to_keep must be None or at least 1")
         c = resolve_comm(comm)
-        several = c is not None and c.world_size > 1
-        if several and not 0 <= replicate < c.world_size:
-            raise ValueError(f"replicate must be between 0 and {c.world_size - 1} "
+        world = 1 if c is None else c.world_size
+        several = world > 1
+        if several and not 0 <= replicate < world:
+            raise ValueError(f"replicate must be between 0 and {world - 1} "
                              f"(the other workers), not {replicate}")
         if replicate and not several:
             raise ValueError("replicate needs a multi-worker job (comm)")

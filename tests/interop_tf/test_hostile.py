@@ -14,7 +14,7 @@ import pytest
 from pyckpt.errors import CheckpointError, CorruptCheckpointError
 from pyckpt.format import tf_state
 from pyckpt.interop.tensorflow import TensorFlowCheckpoint
-from pyckpt.interop.tensorflow import messages, object_graph, strings, table, wire
+from pyckpt.codecs.tensorflow import messages, object_graph, strings, table, wire
 from pyckpt.storage import resolve
 
 

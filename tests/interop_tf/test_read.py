@@ -12,7 +12,7 @@ import pytest
 import pyckpt
 from pyckpt.errors import CorruptCheckpointError
 from pyckpt.interop import tensorflow as tfio
-from pyckpt.interop.tensorflow import bundle
+from pyckpt.codecs.tensorflow import bundle
 
 
 def test_tensorflow_is_never_imported(fixtures):

@@ -309,3 +309,37 @@ def test_failed_async_save_is_raised_on_every_worker_and_commits_nothing(tmp_pat
     for r in range(W):
         assert _ranks(_files(base, r, "ckpt-1")) == sorted({r, (r - 1) % W})
     assert [o[1:3] for o in _restore(base)] == [(2.0, 100 * r + 2.0) for r in range(W)]
+
+
+def test_a_replica_is_read_with_every_chunk_checked(tmp_path, monkeypatch):
+    """A worker's own file that rots between its write and its replication fails the
+    save on every worker (the replica is read like any checkpoint read), and nothing
+    of that checkpoint is committed anywhere."""
+    base = str(tmp_path)
+    _train(base, 1)
+    real = node_local.read_data_files
+
+    def rotting(store, path, manifest, names):
+        if path.endswith("ckpt-2") and "node1" in path:
+            for n in names:
+                with open(os.path.join(path, n), "r+b") as f:
+                    f.seek(100)
+                    b = f.read(1)
+                    f.seek(100)
+                    f.write(bytes([b[0] ^ 0x01]))
+        return real(store, path, manifest, names)
+
+    monkeypatch.setattr(node_local, "read_data_files", rotting)
+
+    def fn(comm):
+        ck = _ck(comm.rank)
+        with _manager(base, comm, ck) as m:
+            m.restore_or_initialize()
+            _set(ck, comm.rank, 2)
+            with pytest.raises(CheckpointError, match=r"rank 1: reading its files for replication: CorruptCheckpointError: checksum mismatch .*node1.*bytes \["):
+                m.save()
+            return [os.path.basename(u) for u in m._tiers.local.checkpoints]
+
+    assert all(kept == ["ckpt-1"] for kept in _run(fn))
+    for r in range(W):
+        assert not os.path.exists(os.path.join(base, f"node{r}", "ckpt-2", "pyckpt.index"))

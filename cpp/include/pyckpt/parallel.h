@@ -22,6 +22,9 @@ namespace pyckpt {
 // storage I/O overlaps well with a second thread even on one core).
 int DefaultThreads();
 
+// `threads` when positive, else DefaultThreads().
+int ResolveThreads(int threads);
+
 Status ParallelFor(size_t n, int threads, const std::function<Status(size_t i, int worker)>& fn);
 
 }  // namespace pyckpt

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "pyckpt/defaults.h"
 #include "pyckpt/status.h"
 #include "pyckpt/tensor_view.h"
 
@@ -53,10 +54,10 @@ struct ShardSource {
 };
 
 struct ShardReadOptions {
-  int threads = 0;
-  uint64_t chunk_size = 1u << 20;
-  uint64_t piece_size = 8u << 20;
-  uint64_t max_gap = 64u << 10;  // small tensors closer than this share a read
+  int threads = kAutoThreads;
+  uint64_t chunk_size = kDefaultChunkSize;
+  uint64_t piece_size = kDefaultPieceSize;
+  uint64_t max_gap = kDefaultMaxGap;  // small tensors closer than this share a read
   bool verify = true;
   bool whole_item_crc = false;  // one CRC per item, not per chunk (see above)
   std::atomic<uint64_t>* progress = nullptr;  // bytes read so far, when set

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "pyckpt/defaults.h"
 #include "pyckpt/status.h"
 #include "pyckpt/tensor_view.h"
 
@@ -31,9 +32,9 @@ struct ShardWriteItem {
 };
 
 struct ShardWriteOptions {
-  int threads = 0;                 // <= 0: DefaultThreads()
-  uint64_t chunk_size = 1u << 20;  // checksum granularity
-  uint64_t piece_size = 8u << 20;  // parallel work unit; rounded to chunks
+  int threads = kAutoThreads;                // <= 0: DefaultThreads()
+  uint64_t chunk_size = kDefaultChunkSize;  // checksum granularity
+  uint64_t piece_size = kDefaultPieceSize;  // parallel work unit; rounded to chunks
   bool sync = true;                // fsync every file before returning
   bool early_writeback = true;     // start writeback of each piece right away
   // When set, bytes written so far are added here as pieces complete (read by

@@ -39,4 +39,10 @@ void GatherRange(const TensorView& src, uint64_t begin, uint64_t len, char* dst)
 // Copies `len` bytes from `src` into logical bytes [begin, begin + len) of `dst`.
 void ScatterRange(const TensorView& dst, uint64_t begin, uint64_t len, const char* src);
 
+// Copies logical bytes [begin, begin + len) of `src` into the same logical
+// bytes of `dst` with a single gather (dst contiguous) or scatter (src
+// contiguous). Returns false, copying nothing, when both views are strided:
+// the caller then goes through a buffer of its own (or refuses).
+bool CopyRangeDirect(const TensorView& src, const TensorView& dst, uint64_t begin, uint64_t len);
+
 }  // namespace pyckpt

@@ -11,18 +11,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ... import progress as _progress
-from ...engine.reader import open_checkpoint
-from ...engine.writer import save_tensors
+from ... import saving
 from ...format import INDEX_NAME
 from ...format.source import CheckpointSource
 from ...format.values import left_out_warning, text_values
 from ...storage import Store, resolve
-from ...tree import flatten
-from .. import safetensors
-from .bundle import DTYPES, STRING, TensorFlowCheckpoint
-from .object_graph import OBJECT_GRAPH_KEY
-from .writer import graph_tensor, tf_dtype_code, update_state, write_bundle
+from ...tree import flatten, path_trie, validate_keys
+from ...codecs.tensorflow.bundle import DTYPES, STRING, TensorFlowCheckpoint
+from ...codecs.tensorflow.object_graph import OBJECT_GRAPH_KEY
+from ...codecs.tensorflow.writer import graph_tensor, tf_dtype_code, update_state, write_bundle
+from ...sources import open_source
+from ...workers.comm import SingleComm
 
 __all__ = ["save", "to_checkpoint", "from_checkpoint", "open_any", "is_prefix"]
 
@@ -38,17 +37,10 @@ def is_prefix(store: Store, path: str) -> bool:
 
 
 def open_any(path: Any, storage_options: dict | None = None) -> CheckpointSource:
-    """A checkpoint source for a path of any format this module converts: a
-    TensorFlow prefix, a ``.safetensors`` file, else a pyckpt checkpoint."""
-    if isinstance(path, CheckpointSource):
-        return path
-    store, p = resolve(os.fspath(path) if isinstance(path, os.PathLike) else path,
-                       storage_options)
-    if safetensors.detect(store, p):
-        return safetensors.SafetensorsFile(store, p)
-    if is_prefix(store, p):
-        return TensorFlowCheckpoint(store, p)
-    return open_checkpoint(p, storage_options)
+    """A checkpoint source for a path of any format this module converts (a
+    TensorFlow prefix, a ``.safetensors`` file, a pyckpt checkpoint, a run
+    directory's latest): ``sources.open_source``."""
+    return open_source(path, storage_options)
 
 
 def _escape(name: str) -> str:
@@ -58,26 +50,14 @@ def _escape(name: str) -> str:
 def _trie(keys: list[str]) -> tuple[dict, list[str]]:
     """An object graph whose paths are the '/'-split keys, and the object-based key
     (``a/b/.ATTRIBUTES/VARIABLE_VALUE``) each key gets in it."""
-    children: list[list[list[Any]]] = [[]]
-    value: list[str | None] = [None]
-    index: list[dict[str, int]] = [{}]
-    new: list[str] = []
-    for key in keys:
-        parts = key.split("/")
-        node = 0
-        for p in parts:
-            nxt = index[node].get(p)
-            if nxt is None:
-                nxt = len(value)
-                children.append([])
-                value.append(None)
-                index.append({})
-                children[node].append([p, nxt])
-                index[node][p] = nxt
-            node = nxt
-        new.append("/".join(_escape(p) for p in parts) + _VALUE_SUFFIX)
-        value[node] = new[-1]
-    return {"children": children, "value": value, "kind": [""] * len(value)}, new
+    parts = [k.split("/") for k in keys]
+    edges, ends = path_trie(parts)
+    value: list[str | None] = [None] * len(edges)
+    new = ["/".join(_escape(p) for p in ps) + _VALUE_SUFFIX for ps in parts]
+    for node, k in zip(ends, new):
+        value[node] = k
+    return {"children": [[[p, c] for p, c in es] for es in edges], "value": value,
+            "kind": [""] * len(value)}, new
 
 
 def _readable(src: CheckpointSource, i: int) -> bool:
@@ -85,6 +65,47 @@ def _readable(src: CheckpointSource, i: int) -> bool:
         code = src.tf_dtypes[i]
         return i not in src.sliced and (code == STRING or code in DTYPES)
     return True
+
+
+def _from_tree(src: Any) -> tuple:
+    """What ``save`` writes of a tree: keys, shapes, dtypes, no graph, its text
+    values, and the reader of its arrays."""
+    leaves, skeleton = flatten(src, caller="pyckpt.interop.tensorflow.save")
+    arrays = []
+    for leaf in leaves:
+        if not isinstance(leaf.array, np.ndarray):
+            raise TypeError(f"{leaf.key!r}: only host arrays can be written to a TensorFlow "
+                            "checkpoint (copy device values to the host first)")
+        arrays.append(leaf.array)
+
+    def read_values(positions: list[int]) -> list[np.ndarray]:
+        return [arrays[i] for i in positions]
+
+    return ([leaf.key for leaf in leaves], [a.shape for a in arrays], [a.dtype for a in arrays],
+            None, text_values(skeleton, None), read_values)
+
+
+def _from_source(source: CheckpointSource, object_graph: bool | None) -> tuple:
+    """What ``save`` writes of an opened checkpoint: its readable tensors (warning
+    about the others), their graph unless ``object_graph`` is False, its text values,
+    and the reader of its tensors."""
+    keep = [i for i in range(len(source.keys)) if source.keys[i] != OBJECT_GRAPH_KEY
+            and _readable(source, i)]
+    skipped = [source.keys[i] for i in range(len(source.keys))
+               if source.keys[i] != OBJECT_GRAPH_KEY and not _readable(source, i)]
+    if skipped:
+        warnings.warn(f"not written (unreadable TensorFlow tensors): {', '.join(skipped)}",
+                      stacklevel=3)
+    graph = source.graph if object_graph is not False else None
+    if graph is not None and skipped:
+        graph = dict(graph, value=[v if v not in skipped else None for v in graph["value"]])
+
+    def read_values(positions: list[int]) -> list[np.ndarray]:
+        return source.read_new([keep[i] for i in positions])
+
+    return ([source.keys[i] for i in keep], [source.shape(i) for i in keep],
+            [source.dtype(i) for i in keep], graph, text_values(source.tree, source.graph),
+            read_values)
 
 
 def save(src: Any, prefix: Any, *, object_graph: bool | None = None, state_file: bool = True,
@@ -108,41 +129,10 @@ def save(src: Any, prefix: Any, *, object_graph: bool | None = None, state_file:
     store, p = resolve(os.fspath(prefix) if isinstance(prefix, os.PathLike) else prefix,
                        storage_options)
     if isinstance(src, (dict, list, tuple)):
-        leaves, skeleton = flatten(src, caller="pyckpt.interop.tensorflow.save")
-        texts = text_values(skeleton, None)
-        keys = [leaf.key for leaf in leaves]
-        arrays = []
-        for leaf in leaves:
-            if not isinstance(leaf.array, np.ndarray):
-                raise TypeError(f"{leaf.key!r}: only host arrays can be written to a TensorFlow "
-                                "checkpoint (copy device values to the host first)")
-            arrays.append(leaf.array)
-        shapes = [a.shape for a in arrays]
-        dtypes = [a.dtype for a in arrays]
-        graph = None
-
-        def read_values(positions: list[int]) -> list[np.ndarray]:
-            return [arrays[i] for i in positions]
+        keys, shapes, dtypes, graph, texts, read_values = _from_tree(src)
     else:
-        source = open_any(src, src_options)
-        texts = text_values(source.tree, source.graph)
-        keep = [i for i in range(len(source.keys)) if source.keys[i] != OBJECT_GRAPH_KEY
-                and _readable(source, i)]
-        skipped = [source.keys[i] for i in range(len(source.keys))
-                   if source.keys[i] != OBJECT_GRAPH_KEY and not _readable(source, i)]
-        if skipped:
-            warnings.warn(f"not written (unreadable TensorFlow tensors): {', '.join(skipped)}",
-                          stacklevel=2)
-        keys = [source.keys[i] for i in keep]
-        shapes = [source.shape(i) for i in keep]
-        dtypes = [source.dtype(i) for i in keep]
-        graph = source.graph if object_graph is not False else None
-        if graph is not None and skipped:
-            graph = dict(graph, value=[v if v not in skipped else None for v in graph["value"]])
-
-        def read_values(positions: list[int]) -> list[np.ndarray]:
-            return source.read_new([keep[i] for i in positions])
-
+        keys, shapes, dtypes, graph, texts, read_values = _from_source(
+            open_any(src, src_options), object_graph)
     left_out = left_out_warning(texts, "TensorFlow checkpoint")
     if left_out is not None:
         warnings.warn(left_out, stacklevel=2)
@@ -206,6 +196,6 @@ def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     values = src.read_new(keep)
     items = [(src.keys[i], _as_fixed(v) if src.tf_dtypes[i] == STRING else v)
              for i, v in zip(keep, values)]
-    store, p = resolve(os.fspath(dst) if isinstance(dst, os.PathLike) else dst, dst_options)
-    with _progress.reporting(progress, sum(v.nbytes for _, v in items)):
-        save_tensors(store, p, items, graph=graph)
+    validate_keys([k for k, _ in items])  # a foreign checkpoint's names become stored keys
+    saving.write([saving.Item(k, v) for k, v in items], dst, storage_options=dst_options,
+                 comm=SingleComm(), progress=progress, graph=graph)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-__all__ = ["VARINT", "FIXED64", "LEN", "FIXED32", "WireError", "read_varint", "fields", "signed64", "signed32",
-           "varint", "field_varint", "field_bytes", "field_fixed32", "field_double"]
+__all__ = ["VARINT", "FIXED64", "LEN", "FIXED32", "WireError", "read_varint", "read_field", "fields",
+           "signed64", "signed32", "varint", "field_varint", "field_bytes", "field_fixed32",
+           "field_double"]
 
 # wire types
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
@@ -46,49 +47,59 @@ def read_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     raise WireError(f"truncated or overlong varint before byte {pos}")
 
 
+def read_field(buf: bytes | memoryview, pos: int, end: int,
+               what: str = "") -> tuple[int, int, int, int]:
+    """The field at ``buf[pos:]`` (not past ``end``, ``pos < end``): ``(field number,
+    wire type, value, position after it)``. ``value`` is an int for varint and fixed
+    fields; for a length-delimited field, the offset of its first byte (its bytes
+    are ``buf[value:after]``). Groups (wire types 3, 4) are refused. ``what`` (the
+    message being decoded) prefixes the errors."""
+    tag = buf[pos]
+    if tag < 0x80:
+        pos += 1
+    else:
+        tag, pos = read_varint(buf, pos, end)
+    number, wtype = tag >> 3, tag & 7
+    if number == 0:
+        raise WireError(f"{_prefix(what)}field number 0 at byte {pos}")
+    if wtype == VARINT:
+        value, pos = read_varint(buf, pos, end)
+        return number, wtype, value, pos
+    if wtype == LEN:
+        n = buf[pos] if pos < end else 0x80
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = read_varint(buf, pos, end)
+        if n > end - pos:
+            raise WireError(f"{_prefix(what)}field {number}: {n} bytes at byte {pos} run past "
+                            f"the message end ({end})")
+        return number, wtype, pos, pos + n
+    if wtype in (FIXED32, FIXED64):
+        size = 4 if wtype == FIXED32 else 8
+        if pos + size > end:
+            raise WireError(f"{_prefix(what)}field {number}: truncated fixed{size * 8} at "
+                            f"byte {pos}")
+        return number, wtype, int.from_bytes(buf[pos:pos + size], "little"), pos + size
+    raise WireError(f"{_prefix(what)}field {number}: unsupported wire type {wtype} at byte {pos}")
+
+
+def _prefix(what: str) -> str:
+    return f"{what}: " if what else ""
+
+
 def fields(buf: bytes | memoryview, start: int = 0,
            end: int | None = None) -> Iterator[tuple[int, int, int | tuple[int, int]]]:
     """``(field number, wire type, value)`` of each field of the message
     ``buf[start:end]``: an int for varint and fixed fields, ``(begin, end)`` offsets
-    into ``buf`` for length-delimited ones. Groups (wire types 3, 4) are refused."""
+    into ``buf`` for length-delimited ones (``read_field``)."""
     if end is None:
         end = len(buf)
     pos = start
     while pos < end:
-        tag = buf[pos]
-        if tag < 0x80:
-            pos += 1
-        else:
-            tag, pos = read_varint(buf, pos, end)
-        number, wtype = tag >> 3, tag & 7
-        if number == 0:
-            raise WireError(f"field number 0 at byte {pos}")
-        if wtype == VARINT:
-            value, pos = read_varint(buf, pos, end)
-            yield number, wtype, value
-        elif wtype == LEN:
-            n = buf[pos] if pos < end else 0x80
-            if n < 0x80:
-                pos += 1
-            else:
-                n, pos = read_varint(buf, pos, end)
-            if n > end - pos:
-                raise WireError(f"field {number}: {n} bytes at byte {pos} run past the "
-                                f"message end ({end})")
-            yield number, wtype, (pos, pos + n)
-            pos += n
-        elif wtype == FIXED32:
-            if pos + 4 > end:
-                raise WireError(f"field {number}: truncated fixed32 at byte {pos}")
-            yield number, wtype, int.from_bytes(buf[pos:pos + 4], "little")
-            pos += 4
-        elif wtype == FIXED64:
-            if pos + 8 > end:
-                raise WireError(f"field {number}: truncated fixed64 at byte {pos}")
-            yield number, wtype, int.from_bytes(buf[pos:pos + 8], "little")
-            pos += 8
-        else:
-            raise WireError(f"field {number}: unsupported wire type {wtype} at byte {pos}")
+        number, wtype, value, after = read_field(buf, pos, end)
+        yield number, wtype, (value, after) if wtype == LEN else value
+        pos = after
 
 
 def signed64(v: int) -> int:

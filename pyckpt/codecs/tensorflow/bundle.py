@@ -27,7 +27,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ... import progress as _progress
-from ..._dtypes import dtype_from_name
 from ..._native import core as _core
 from ...engine import read_executor
 from ...engine.options import DEFAULT, IOOptions
@@ -37,7 +36,8 @@ from ...format.source import CheckpointSource
 from ...sharded import ShardedArray
 from ...storage import Store
 from ...storage.local import map_file
-from .messages import BUNDLE_VERSION, decode_entry, decode_header, decode_object_graph
+from .dtypes import DTYPES, OBJECT as _OBJECT, STRING, TF_DTYPE_NAMES, VARIANT, numpy_dtype
+from .messages import BUNDLE_VERSION, Entry, decode_entry, decode_header, decode_object_graph
 from .object_graph import OBJECT_GRAPH_KEY, to_pyckpt_graph
 from .strings import check_variants, decode_strings
 from .table import read_table
@@ -51,27 +51,6 @@ MAX_SHARDS = 1 << 20
 MAX_TENSOR_BYTES = 1 << 62
 PIECE = 8 << 20                 # unit of parallel work of a large entry (local files)
 STEP = 1 << 20                  # bytes read and checksummed at a time (stays in cache)
-STRING = 7
-VARIANT = 21
-
-#: TensorFlow DataType -> pyckpt dtype name (quantized types read as their integers)
-DTYPES: dict[int, str] = {
-    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 8: "complex64",
-    9: "int64", 10: "bool", 11: "int8", 12: "uint8", 13: "int32", 14: "bfloat16", 15: "int16",
-    16: "uint16", 17: "uint16", 18: "complex128", 19: "float16", 22: "uint32", 23: "uint64",
-    24: "float8_e5m2", 25: "float8_e4m3fn", 26: "float8_e4m3fnuz", 27: "float8_e4m3b11fnuz",
-    28: "float8_e5m2fnuz",
-}
-#: TensorFlow's own names of its dtypes, for messages and ``describe``
-TF_DTYPE_NAMES: dict[int, str] = {
-    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
-    8: "complex64", 9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32",
-    14: "bfloat16", 15: "qint16", 16: "quint16", 17: "uint16", 18: "complex128", 19: "float16",
-    20: "resource", 21: "variant", 22: "uint32", 23: "uint64", 24: "float8_e5m2",
-    25: "float8_e4m3fn", 26: "float8_e4m3fnuz", 27: "float8_e4m3b11fnuz", 28: "float8_e5m2fnuz",
-    29: "int4", 30: "uint4", 31: "int2", 32: "uint2", 33: "float4_e2m1fn",
-}
-_OBJECT = np.dtype(object)
 
 
 class UnsupportedTensorError(CheckpointError, NotImplementedError):
@@ -147,81 +126,82 @@ class TensorFlowCheckpoint(CheckpointSource):
 
     # -- opening ------------------------------------------------------------------------
     def _columns(self, data: bytes, pairs: list[tuple[bytes, int, int]]) -> None:
-        url = self.index_url
+        """Validates every entry of the index and keeps the tensors' columns (slices of
+        partitioned variables aside, in ``slice_parts``)."""
         keys: list[str] = []
-        dt: list[int] = []
-        shapes: list[tuple[int, ...]] = []
         dtypes: list[np.dtype] = []
-        shard, offset, size, crc = [], [], [], []
+        entries: list[Entry] = []
         self.sliced: dict[int, int] = {}      # position -> number of slices
         self.slice_parts: list[tuple[str, int, int, int, int]] = []  # hidden slice entries
         numpy_of: dict[int, np.dtype] = {}   # TensorFlow dtype -> numpy dtype, resolved once
-
-        def bad(b: int, e: int, key: str, what: str) -> CorruptCheckpointError:
-            return CorruptCheckpointError(f"TensorFlow index {url}, bytes [{b}, {e}): "
-                                          f"tensor {key!r}: {what}")
-
         for raw_key, b, e in pairs:
-            try:
-                entry = decode_entry(data, b, e)
-            except WireError as err:
-                raise CorruptCheckpointError(f"TensorFlow index {url}, bytes [{b}, {e}): entry "
-                                             f"{raw_key[:200]!r}: {err}") from None
-            key = raw_key.decode("utf-8", "backslashreplace")
-            code, shape, nbytes = entry.dtype, entry.shape, entry.size
-            if entry.shard >= self.num_shards:
-                raise bad(b, e, key, f"shard {entry.shard} of a checkpoint of {self.num_shards}")
-            if entry.offset > MAX_TENSOR_BYTES or nbytes > MAX_TENSOR_BYTES:
-                raise bad(b, e, key, f"offset {entry.offset} or size {nbytes} is impossible")
-            count = math.prod(shape)
+            key, entry = self._entry(data, raw_key, b, e)
             if raw_key[:1] == b"\x00":  # one slice of a partitioned variable
-                self.slice_parts.append((key, entry.shard, entry.offset, nbytes, entry.crc32c))
+                self.slice_parts.append((key, entry.shard, entry.offset, entry.size,
+                                         entry.crc32c))
                 continue
-            dtype = numpy_of.get(code)
+            dtype = numpy_of.get(entry.dtype)
             if dtype is None:
-                name = DTYPES.get(code)
-                if name is not None:
-                    try:
-                        dtype = dtype_from_name(name)
-                    except ValueError as err:  # ml_dtypes missing
-                        raise UnsupportedTensorError(f"tensor {key!r} of {self.url}: {err}") from None
-                    if self.big_endian and dtype.kind in "biufc" and dtype.itemsize > 1:
-                        dtype = dtype.newbyteorder(">")
-                elif code in TF_DTYPE_NAMES:
-                    dtype = _OBJECT
-                else:
-                    raise bad(b, e, key, f"unknown dtype {code}")
-                numpy_of[code] = dtype
-            if dtype is not _OBJECT:
-                if count * dtype.itemsize != nbytes and not entry.slices:
-                    raise bad(b, e, key, f"shape {shape} of {TF_DTYPE_NAMES[code]} needs "
-                              f"{count * dtype.itemsize} bytes, the entry says {nbytes}")
-                if count * dtype.itemsize > MAX_TENSOR_BYTES:
-                    raise bad(b, e, key, f"shape {shape} is too large")
-            elif code == STRING and not entry.slices and nbytes < count + 4:
-                raise bad(b, e, key, f"{count} strings cannot fit in {nbytes} bytes")
+                dtype = numpy_of[entry.dtype] = self._numpy_dtype(entry.dtype, key, b, e)
+            self._check_size(entry, dtype, key, b, e)
             if entry.slices:
                 self.sliced[len(keys)] = entry.slices
             keys.append(key)
-            dt.append(code)
             dtypes.append(dtype)
-            shapes.append(shape)
-            shard.append(entry.shard)
-            offset.append(entry.offset)
-            size.append(nbytes)
-            crc.append(entry.crc32c)
+            entries.append(entry)
         self._keys = keys
         self._index = {k: i for i, k in enumerate(keys)}
-        self.tf_dtypes = dt
+        self.tf_dtypes = [en.dtype for en in entries]
         self._dtypes = dtypes
-        self._shapes = shapes
-        self.shard = np.asarray(shard, dtype=np.int64)
-        self.offset = np.asarray(offset, dtype=np.int64)
-        self.size = np.asarray(size, dtype=np.int64)
-        self.crc = np.asarray(crc, dtype=np.uint32)
+        self._shapes = [en.shape for en in entries]
+        self.shard = np.asarray([en.shard for en in entries], dtype=np.int64)
+        self.offset = np.asarray([en.offset for en in entries], dtype=np.int64)
+        self.size = np.asarray([en.size for en in entries], dtype=np.int64)
+        self.crc = np.asarray([en.crc32c for en in entries], dtype=np.uint32)
         self._file_sizes: dict[int, int] = {}
         self._graph: dict | None = None
         self._graph_read = False
+
+    def _bad(self, b: int, e: int, key: str, what: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"TensorFlow index {self.index_url}, bytes [{b}, {e}): "
+                                      f"tensor {key!r}: {what}")
+
+    def _entry(self, data: bytes, raw_key: bytes, b: int, e: int) -> tuple[str, Entry]:
+        """The key and the entry stored at ``data[b:e]``, its shard and range checked."""
+        try:
+            entry = decode_entry(data, b, e)
+        except WireError as err:
+            raise CorruptCheckpointError(f"TensorFlow index {self.index_url}, bytes [{b}, {e}): "
+                                         f"entry {raw_key[:200]!r}: {err}") from None
+        key = raw_key.decode("utf-8", "backslashreplace")
+        if entry.shard >= self.num_shards:
+            raise self._bad(b, e, key, f"shard {entry.shard} of a checkpoint of {self.num_shards}")
+        if entry.offset > MAX_TENSOR_BYTES or entry.size > MAX_TENSOR_BYTES:
+            raise self._bad(b, e, key, f"offset {entry.offset} or size {entry.size} is impossible")
+        return key, entry
+
+    def _numpy_dtype(self, code: int, key: str, b: int, e: int) -> np.dtype:
+        """The numpy dtype of the tensors of TensorFlow dtype ``code`` (dtypes.py)."""
+        try:
+            dtype = numpy_dtype(code, self.big_endian)
+        except ValueError as err:  # ml_dtypes missing
+            raise UnsupportedTensorError(f"tensor {key!r} of {self.url}: {err}") from None
+        if dtype is None:
+            raise self._bad(b, e, key, f"unknown dtype {code}")
+        return dtype
+
+    def _check_size(self, entry: Entry, dtype: np.dtype, key: str, b: int, e: int) -> None:
+        """Whether the entry's byte size can hold its shape (whole tensors only)."""
+        code, shape, nbytes = entry.dtype, entry.shape, entry.size
+        count = math.prod(shape)
+        if dtype is not _OBJECT:
+            if count * dtype.itemsize != nbytes and not entry.slices:
+                raise self._bad(b, e, key, f"shape {shape} of {TF_DTYPE_NAMES[code]} needs "
+                                f"{count * dtype.itemsize} bytes, the entry says {nbytes}")
+            if count * dtype.itemsize > MAX_TENSOR_BYTES:
+                raise self._bad(b, e, key, f"shape {shape} is too large")
+        elif code == STRING and not entry.slices and nbytes < count + 4:
+            raise self._bad(b, e, key, f"{count} strings cannot fit in {nbytes} bytes")
 
     # -- the format interface -----------------------------------------------------------
     @property

@@ -23,7 +23,8 @@ from ...engine import run
 from ...format import tf_state
 from ...storage import Store
 from ...storage.streamed import write_stream
-from .bundle import DTYPES, STRING, data_file_name
+from .bundle import data_file_name
+from .dtypes import DTYPES, STRING
 from .messages import encode_entry, encode_header, encode_object_graph
 from .object_graph import OBJECT_GRAPH_KEY, from_pyckpt_graph
 from .strings import encode_strings
@@ -102,68 +103,89 @@ def write_bundle(store: Store, prefix: str,
         store.sync_dir(head or ".")
     elif head:
         store.makedirs(head)
-    # strings first (small: configs, names): their encoded size fixes the file's size
-    strings = [i for i in order if tensors[i][1] == STRING]
-    encoded = {i: _stored(_checked(tensors[i], arr), STRING)
-               for i, arr in zip(strings, read(strings) if strings else [])}
-    layout: dict[int, tuple[int, int]] = {}  # tensor -> (offset, bytes) in the data file
-    pos = 0
-    for i in order:
-        key, code, shape = tensors[i]
-        n = (memoryview(encoded[i][0]).nbytes if code == STRING else
-             int(np.prod(shape, dtype=np.int64)) * np.dtype(_dtype_of(code)).itemsize)
-        pos += -pos % ALIGNMENT if n else 0
-        layout[i] = (pos, n)
-        pos += n
-    size = pos
-    batches: list[list[int]] = [[]]
-    in_batch = 0
-    for i in order:
-        if tensors[i][1] == STRING:
-            continue
-        n = layout[i][1]
-        if batches[-1] and in_batch + n > BATCH_BYTES:
-            batches.append([])
-            in_batch = 0
-        batches[-1].append(i)
-        in_batch += n
-    crcs: dict[int, int] = {i: crc for i, (_, crc) in encoded.items()}
+    data = _DataFile(tensors, order, read, progress, total)
+    # through the store's guarded write (retries, stall limits, bounded cleanup)
+    write_stream(store, join(data_name), data.size, data.chunks)
+    store.write_atomic(index_path, build_table([(b"", encode_header(1))] + data.entries()))
+    stale = [join(e) for e in store.listdir(head or ".")
+             if e.startswith(name + ".data-") and "-of-" in e and e != data_name]
+    store.delete(stale)  # shards of a replaced checkpoint written in more files
 
-    def produce() -> Iterator[Any]:
-        at = done = 0
-        todo = iter(batches)  # numeric tensors, read a batch at a time in key order
-        values: dict[int, np.ndarray] = {}
+
+class _DataFile:
+    """The one data file of a checkpoint being written: where each tensor lies in it
+    (``layout``, in key ``order``), and its bytes (``chunks``), the numeric tensors
+    read in batches of about BATCH_BYTES as they are produced."""
+
+    def __init__(self, tensors: Sequence[tuple[str, int, tuple[int, ...]]], order: list[int],
+                 read: Callable[[list[int]], Iterable[np.ndarray]],
+                 progress: Callable[[int, int], Any] | None, total: int) -> None:
+        self.tensors, self.order, self.read = tensors, order, read
+        self.progress, self.total = progress, total
+        # strings first (small: configs, names): their encoded size fixes the file's size
+        strings = [i for i in order if tensors[i][1] == STRING]
+        self.encoded = {i: _stored(_checked(tensors[i], arr), STRING)
+                        for i, arr in zip(strings, read(strings) if strings else [])}
+        self.layout: dict[int, tuple[int, int]] = {}  # tensor -> (offset, bytes) in the file
+        pos = 0
         for i in order:
-            code = tensors[i][1]
+            key, code, shape = tensors[i]
+            n = (memoryview(self.encoded[i][0]).nbytes if code == STRING else
+                 int(np.prod(shape, dtype=np.int64)) * np.dtype(_dtype_of(code)).itemsize)
+            pos += -pos % ALIGNMENT if n else 0
+            self.layout[i] = (pos, n)
+            pos += n
+        self.size = pos
+        self.crcs: dict[int, int] = {i: crc for i, (_, crc) in self.encoded.items()}
+
+    def _batches(self) -> list[list[int]]:
+        """The numeric tensors in key order, cut into batches of about BATCH_BYTES."""
+        batches: list[list[int]] = [[]]
+        in_batch = 0
+        for i in self.order:
+            if self.tensors[i][1] == STRING:
+                continue
+            n = self.layout[i][1]
+            if batches[-1] and in_batch + n > BATCH_BYTES:
+                batches.append([])
+                in_batch = 0
+            batches[-1].append(i)
+            in_batch += n
+        return batches
+
+    def chunks(self) -> Iterator[Any]:
+        """The file's bytes, in order (padding included); may be called again (a retry)."""
+        at = done = 0
+        todo = iter(self._batches())  # numeric tensors, read a batch at a time in key order
+        values: dict[int, np.ndarray] = {}
+        for i in self.order:
+            code = self.tensors[i][1]
             if code == STRING:
-                raw = encoded[i][0]
+                raw = self.encoded[i][0]
             else:
                 if i not in values:
                     batch = next(todo)
-                    values = dict(zip(batch, read(batch)))
-                raw, crcs[i] = _stored(_checked(tensors[i], values.pop(i)), code)
-            off, n = layout[i]
+                    values = dict(zip(batch, self.read(batch)))
+                raw, self.crcs[i] = _stored(_checked(self.tensors[i], values.pop(i)), code)
+            off, n = self.layout[i]
             if memoryview(raw).nbytes != n:
-                raise ValueError(f"tensor {tensors[i][0]!r}: {memoryview(raw).nbytes} bytes, "
-                                 f"{n} expected from its shape and dtype")
+                raise ValueError(f"tensor {self.tensors[i][0]!r}: {memoryview(raw).nbytes} "
+                                 f"bytes, {n} expected from its shape and dtype")
             if off > at:
                 yield bytes(off - at)
             if n:
                 yield raw
             at = off + n
             done += n
-            if progress is not None:
-                progress(done, max(total, done))
+            if self.progress is not None:
+                self.progress(done, max(self.total, done))
 
-    # through the store's guarded write (retries, stall limits, bounded cleanup)
-    write_stream(store, join(data_name), size, produce)
-    entries = [(tensors[i][0].encode("utf-8"),
-                encode_entry(tensors[i][1], tuple(tensors[i][2]), 0, layout[i][0], layout[i][1],
-                             crcs[i])) for i in order]
-    store.write_atomic(index_path, build_table([(b"", encode_header(1))] + entries))
-    stale = [join(e) for e in store.listdir(head or ".")
-             if e.startswith(name + ".data-") and "-of-" in e and e != data_name]
-    store.delete(stale)  # shards of a replaced checkpoint written in more files
+    def entries(self) -> list[tuple[bytes, bytes]]:
+        """The index entries of the tensors, in key order (once ``chunks`` ran)."""
+        return [(self.tensors[i][0].encode("utf-8"),
+                 encode_entry(self.tensors[i][1], tuple(self.tensors[i][2]), 0,
+                              self.layout[i][0], self.layout[i][1], self.crcs[i]))
+                for i in self.order]
 
 
 def update_state(store: Store, directory: str, name: str, clock: Callable[[], float] = time.time) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .wire import (FIXED32, FIXED64, LEN, VARINT, WireError, field_bytes, field_fixed32, field_varint,
-                   fields, read_varint, signed32, signed64)
+                   fields, read_field, read_varint, signed32, signed64)
 
 __all__ = ["Header", "Entry", "ObjectNode", "decode_header", "decode_entry", "encode_header",
            "encode_entry", "decode_object_graph", "encode_object_graph", "MAX_DIMS"]
@@ -118,12 +118,11 @@ def _shape(buf: memoryview | bytes, start: int, end: int) -> tuple[int, ...]:
                     if len(dims) > MAX_DIMS:
                         raise WireError(f"shape has more than {MAX_DIMS} dimensions")
                     continue
-        number, wtype, value, pos = _one_field(buf, pos, end)
+        number, wtype, value, pos = read_field(buf, pos, end)
         if number == 2:
             _kind(number, wtype, LEN, "shape")
-            assert isinstance(value, tuple)
             size = 0
-            for n2, w2, v2 in fields(buf, *value):
+            for n2, w2, v2 in fields(buf, value, pos):
                 if n2 == 1:
                     _kind(n2, w2, VARINT, "dim")
                     assert isinstance(v2, int)
@@ -136,26 +135,6 @@ def _shape(buf: memoryview | bytes, start: int, end: int) -> tuple[int, ...]:
         elif number == 3 and wtype == VARINT and value:
             raise WireError("shape of unknown rank")
     return tuple(dims)
-
-
-def _one_field(buf: memoryview | bytes, pos: int,
-               end: int) -> tuple[int, int, int | tuple[int, int], int]:
-    """The field at ``pos`` (as ``fields`` yields it) and the position after it."""
-    for number, wtype, value in fields(buf, pos, end):
-        if wtype == LEN:
-            assert isinstance(value, tuple)
-            return number, wtype, value, value[1]
-        return number, wtype, value, _after(buf, pos, end)
-    raise WireError(f"no field at byte {pos}")
-
-
-def _after(buf: memoryview | bytes, pos: int, end: int) -> int:
-    """The position after the (non length-delimited) field at ``pos``."""
-    tag, pos = read_varint(buf, pos, end)
-    wtype = tag & 7
-    if wtype == VARINT:
-        return read_varint(buf, pos, end)[1]
-    return pos + (4 if wtype == FIXED32 else 8)
 
 
 _ENTRY_TYPES = {1: VARINT, 2: LEN, 3: VARINT, 4: VARINT, 5: VARINT, 6: FIXED32, 7: LEN}
@@ -222,30 +201,6 @@ def encode_entry(dtype: int, shape: tuple[int, ...], shard: int, offset: int, si
             + field_varint(4, offset) + field_varint(5, size) + field_fixed32(6, crc32c))
 
 
-def _len_field(buf: memoryview | bytes, pos: int, end: int, what: str) -> tuple[int, int, int, int]:
-    """(field number, wire type, begin, end) of the field at ``pos``; for fields that
-    are not length-delimited, ``begin`` is the value (varint) and ``end`` the next field."""
-    tag, pos = read_varint(buf, pos, end)
-    number, wtype = tag >> 3, tag & 7
-    if number == 0:
-        raise WireError(f"{what}: field number 0 at byte {pos}")
-    if wtype == LEN:
-        n, pos = read_varint(buf, pos, end)
-        if n > end - pos:
-            raise WireError(f"{what}: field {number}: {n} bytes at byte {pos} run past the "
-                            f"message end ({end})")
-        return number, wtype, pos, pos + n
-    if wtype == VARINT:
-        value, after = read_varint(buf, pos, end)
-        return number, wtype, value, after
-    if wtype in (FIXED32, FIXED64):
-        after = pos + (4 if wtype == FIXED32 else 8)
-        if after > end:
-            raise WireError(f"{what}: field {number}: truncated fixed field at byte {pos}")
-        return number, wtype, 0, after
-    raise WireError(f"{what}: field {number} has unsupported wire type {wtype}")
-
-
 def decode_object_graph(buf: bytes) -> list[ObjectNode]:
     """TrackableObjectGraph: nodes = 1, each a TrackableObject: children = 1
     (ObjectReference: node_id = 1, local_name = 2), attributes = 2 (SerializedTensor:
@@ -259,69 +214,77 @@ def decode_object_graph(buf: bytes) -> list[ObjectNode]:
     end = len(buf)
     pos = 0
     while pos < end:
-        number, wtype, b, pos = _len_field(buf, pos, end, "object graph")
+        number, wtype, b, pos = read_field(buf, pos, end, "object graph")
         if number != 1:
             continue
         _kind(number, wtype, LEN, "object graph")
-        children: list[tuple[int, str]] = []
-        attributes: list[tuple[str, str, str]] = []
-        slots: list[tuple[int, str, int]] = []
-        p2, e2 = b, pos
-        while p2 < e2:
-            tag = buf[p2]
-            n = buf[p2 + 1] if p2 + 1 < e2 else 0x80
-            if tag in (0x0A, 0x12, 0x1A) and n < 0x80 and p2 + 2 + n <= e2:
-                n2, b2, p2 = tag >> 3, p2 + 2, p2 + 2 + n
-            else:
-                n2, w2, b2, p2 = _len_field(buf, p2, e2, "object graph node")
-                if n2 not in (1, 2, 3):
-                    continue
-                _kind(n2, w2, LEN, "object graph node")
-            ints = [0, 0, 0, 0]
-            texts = ["", "", "", ""]
-            p3 = b2
-            while p3 < p2:
-                t3 = buf[p3]
-                n3, w3 = t3 >> 3, t3 & 7
-                if t3 >= 0x80 or n3 == 0:
-                    n3, w3, v3, p3 = _len_field(buf, p3, p2, "object graph reference")
-                    if n3 > 3:
-                        continue
-                    if w3 == VARINT:
-                        ints[n3] = signed32(v3)
-                    elif w3 == LEN:
-                        texts[n3] = _text(buf, (v3, p3), "a name in the object graph")
-                    continue
-                p3 += 1
-                if w3 == VARINT:
-                    v, p3 = read_varint(buf, p3, p2)
-                    if n3 <= 3:
-                        ints[n3] = signed32(v)
-                elif w3 == LEN:
-                    ln, p3 = read_varint(buf, p3, p2)
-                    if ln > p2 - p3:
-                        raise WireError(f"object graph: a name of {ln} bytes runs past its "
-                                        f"message at byte {p3}")
-                    if n3 <= 3:
-                        try:
-                            texts[n3] = buf[p3:p3 + ln].decode("utf-8")
-                        except UnicodeDecodeError:
-                            raise WireError("a name in the object graph is not UTF-8") from None
-                    p3 += ln
-                elif w3 in (FIXED32, FIXED64):
-                    p3 += 4 if w3 == FIXED32 else 8
-                    if p3 > p2:
-                        raise WireError("object graph: truncated fixed field")
-                else:
-                    raise WireError(f"object graph: field {n3} has wire type {w3}")
-            if n2 == 1:
-                children.append((ints[1], texts[2]))
-            elif n2 == 2:
-                attributes.append((texts[1], texts[2], texts[3]))
-            else:
-                slots.append((ints[1], texts[2], ints[3]))
-        nodes.append(ObjectNode(children, attributes, slots))
+        nodes.append(_object_node(buf, b, pos))
     return nodes
+
+
+def _object_node(buf: bytes, start: int, end: int) -> ObjectNode:
+    """The TrackableObject ``buf[start:end]``: its children, attributes and slot variables."""
+    node = ObjectNode([], [], [])
+    pos = start
+    while pos < end:
+        tag = buf[pos]
+        n = buf[pos + 1] if pos + 1 < end else 0x80
+        if tag in (0x0A, 0x12, 0x1A) and n < 0x80 and pos + 2 + n <= end:
+            number, b, pos = tag >> 3, pos + 2, pos + 2 + n  # fields 1-3, one-byte length
+        else:
+            number, wtype, b, pos = read_field(buf, pos, end, "object graph node")
+            if number not in (1, 2, 3):
+                continue
+            _kind(number, wtype, LEN, "object graph node")
+        ints, texts = _reference(buf, b, pos)
+        if number == 1:
+            node.children.append((ints[1], texts[2]))
+        elif number == 2:
+            node.attributes.append((texts[1], texts[2], texts[3]))
+        else:
+            node.slots.append((ints[1], texts[2], ints[3]))
+    return node
+
+
+def _reference(buf: bytes, start: int, end: int) -> tuple[list[int], list[str]]:
+    """Fields 1 to 3 of the ObjectReference, SerializedTensor or SlotVariableReference
+    ``buf[start:end]``, by field number: the int32 varints and the UTF-8 strings
+    (fields with a one-byte tag decoded inline, others by ``read_field``)."""
+    ints = [0, 0, 0, 0]
+    texts = ["", "", "", ""]
+    pos = start
+    while pos < end:
+        tag = buf[pos]
+        number, wtype = tag >> 3, tag & 7
+        if tag >= 0x80 or number == 0:
+            number, wtype, v, pos = read_field(buf, pos, end, "object graph reference")
+            if number > 3:
+                continue
+            if wtype == VARINT:
+                ints[number] = signed32(v)
+            elif wtype == LEN:
+                texts[number] = _text(buf, (v, pos), "a name in the object graph")
+            continue
+        pos += 1
+        if wtype == VARINT:
+            v, pos = read_varint(buf, pos, end)
+            if number <= 3:
+                ints[number] = signed32(v)
+        elif wtype == LEN:
+            ln, pos = read_varint(buf, pos, end)
+            if ln > end - pos:
+                raise WireError(f"object graph: a name of {ln} bytes runs past its "
+                                f"message at byte {pos}")
+            if number <= 3:
+                texts[number] = _text(buf, (pos, pos + ln), "a name in the object graph")
+            pos += ln
+        elif wtype in (FIXED32, FIXED64):
+            pos += 4 if wtype == FIXED32 else 8
+            if pos > end:
+                raise WireError("object graph: truncated fixed field")
+        else:
+            raise WireError(f"object graph: field {number} has wire type {wtype}")
+    return ints, texts
 
 
 def encode_object_graph(nodes: list[ObjectNode], has_values: list[bool] | None = None) -> bytes:
