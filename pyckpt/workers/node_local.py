@@ -31,7 +31,7 @@ from ..engine import naming, writer
 from ..engine.commit import read_previous, sweep_orphans
 from ..engine.copy import read_data_files
 from ..errors import CheckpointError
-from ..format import INDEX_NAME
+from ..format import INDEX_NAME, decode_index
 from ..storage import Store
 from ..storage.base import NewFile
 from .comm import Communicator
@@ -207,8 +207,9 @@ def fetch_missing(comm: Communicator, store: Store, path: str, name: str,
     store.makedirs(path)
     _write_files(store, path, [(f, a) for f, a in received if f != INDEX_NAME])
     for f, a in received:
-        if f == INDEX_NAME:  # last: the node's commit record
-            store.write_atomic(store.join(path, INDEX_NAME), a.tobytes())
+        if f == INDEX_NAME:  # last: the node's commit record, through the one commit routine
+            index = decode_index(a.tobytes(), store.url(store.join(path, INDEX_NAME)))
+            writer.commit(writer.Commit(store, path, index, delete_replaced=False, sweep=False))
     return sum(int(a.size) for _, a in received)
 
 
