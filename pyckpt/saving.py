@@ -161,10 +161,16 @@ class PendingSave:
                     then(self._error)
                 except BaseException as e:
                     self._error = self._error or e
+            if self._error is None:
+                self._cleanup = None  # nothing to remove; do not keep what it refers to
         finally:
-            if release is not None:
-                release()
-            self._finished.set()
+            try:
+                if release is not None:
+                    release()
+            except BaseException as e:
+                self._error = self._error or e
+            finally:
+                self._finished.set()
 
     def done(self) -> bool:
         """Whether the save has finished (committed, or failed)."""
@@ -292,11 +298,11 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
         else:
             work, cleanup = stage(store, p, keys, live, get(keys, live), graph=graph,
                                   tree=tree, metadata=metadata), None
-    except BaseException:
+        return PendingSave(shown, work, then=then, release=release, cleanup=cleanup)
+    except BaseException:  # nothing runs in the background: the buffers are free again
         if release is not None:
             release()
         raise
-    return PendingSave(shown, work, then=then, release=release, cleanup=cleanup)
 
 
 def _mode(items: Sequence[Item], comm: Communicator | None) -> tuple[Communicator | None, bool]:
@@ -329,12 +335,16 @@ def _start_multi(comm: Communicator, store: Store, path: str, items: Sequence[It
     if node_local is None:
         bg = background.prepare(comm, store, path, staged, tree=tree, graph=graph,
                                 metadata=metadata)
-        lead = comm.rank == 0
-        return bg.run, ((lambda: background.discard(store, path, bg.attempt)) if lead else None)
-    keep = keep or Background()
+        attempt = bg.attempt  # (the cleanup keeps the id only, not the staged copies)
+        if comm.rank != 0:
+            return bg.run, None
+        return bg.run, lambda: background.discard(store, path, attempt)
+    assert keep is not None, "node-local saves keep their background communicator"
     channel = keep.background_comm(comm)
-    nl = NodeLocalSave(channel, store, path, plan_save(comm, store, path, staged, None, DEFAULT),
-                       graph=graph, replicate=node_local, options=DEFAULT)
+    nl = NodeLocalSave(channel, store, path, plan_save(comm, store, path, staged, metadata,
+                                                       DEFAULT),
+                       tree=tree, graph=graph, replicate=node_local, options=DEFAULT)
+    attempt = nl.attempt
 
     def run() -> None:
         try:
@@ -343,7 +353,7 @@ def _start_multi(comm: Communicator, store: Store, path: str, items: Sequence[It
             keep.comm = None  # its collectives may be out of step: made anew by all
             raise
 
-    return run, lambda: background.discard(store, path, nl.attempt)
+    return run, lambda: background.discard(store, path, attempt)
 
 
 @contextlib.contextmanager

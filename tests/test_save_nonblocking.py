@@ -132,3 +132,15 @@ def test_sharded_values_of_one_process_are_saved_in_the_background(tmp_path, mon
     assert not h.done()
     assert h.wait(timeout=60) == str(tmp_path / "ck")
     np.testing.assert_array_equal(pyckpt.load(str(tmp_path / "ck"))["s"], full[2:6])
+
+
+def test_a_failing_buffer_release_is_raised_not_hung():
+    """Regression: an error while freeing the staging buffers becomes the save's error;
+    wait() never hangs on it."""
+    def release():
+        raise RuntimeError("cannot unpin")
+
+    h = PendingSave("p", lambda: None, release=release)
+    with pytest.raises(RuntimeError, match="cannot unpin"):
+        h.wait(timeout=10)
+    assert h.done()

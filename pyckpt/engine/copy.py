@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..format import Manifest
-from ..errors import CheckpointError
+from ..errors import CheckpointError, CorruptCheckpointError
 from ..format.manifest import FileEntry
 from ..storage import resolve
 from ..storage.streamed import write_stream
@@ -133,6 +133,9 @@ def read_data_files(store: Any, path: str, manifest: Manifest,
             n = len(piece)
             data[at:at + n] = np.frombuffer(piece, np.uint8)
             at += n
+        if at != data.size:
+            raise CorruptCheckpointError(f"{store.url(store.join(path, name))}: read {at} of its "
+                                         f"{data.size} bytes (bytes [{at}, {data.size}) missing)")
         out.append(data)
     return out
 

@@ -87,6 +87,9 @@ class RunKeeper(Records):
         self.node_local = node_local
         self.background = saving.Background()  # staging buffers kept between saves
         self._pending: saving.PendingSave | None = None
+        # a failed multi-worker background save whose error was already raised (by
+        # wait_until_finished): its files are removed at the next settle
+        self._failed: saving.PendingSave | None = None
         self._last_step: int | None = None
         # multi-worker async saves (docs/PROTOCOL.md section 6b): whether one was started
         # since the workers last agreed on the outcome; rank 0: the last commit
@@ -234,24 +237,26 @@ class RunKeeper(Records):
         Rank 0 (node-local: every worker) then removes what a failed attempt left
         (every worker is done with it), and a worker that missed rank 0's commit (it
         stopped waiting) catches up with rank 0's save counter and list."""
-        pending, self._pending = self._pending, None
+        pending = self._pending
         err = None
         if pending is not None:
-            pending.join()
+            pending.join()  # the handle stays until the save ended (close() may follow)
             err = pending.error
+        self._pending = None
+        leftover, self._failed = (pending if err is not None else self._failed), None
         self._unsettled = False
         mine = None if err is None else f"{type(err).__name__}: {err}"[-4000:]
         reports = comm.gather(mine)
         truth = None
         if comm.rank == 0:
-            if pending is not None:
-                pending.discard()
+            if leftover is not None:
+                leftover.discard()
             truth = (reports, int(self.checkpoint.save_counter), self._last_commit)
         reports, count, last = comm.broadcast(truth)
         self._last_commit = None
         if self.node_local is not None:  # every worker keeps its own directory and state
-            if comm.rank != 0 and pending is not None:
-                pending.discard()
+            if comm.rank != 0 and leftover is not None:
+                leftover.discard()
         elif comm.rank != 0:
             self._catch_up(count, last)
         if err is not None:
@@ -273,14 +278,22 @@ class RunKeeper(Records):
     def join(self, timeout: float | None = None) -> None:
         """Waits (at most ``timeout`` seconds) for the background save in flight,
         keeping its error for the next call."""
-        if self._pending is not None:
-            self._pending.join(timeout)
+        pending = self._pending
+        if pending is not None:
+            pending.join(timeout)
 
     def wait_until_finished(self) -> None:
-        """Waits for the background save in flight; raises its error (once)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.wait()
+        """Waits for the background save in flight; raises its error (once). The handle
+        is kept until the save ended: an interrupted wait leaves it for ``close``."""
+        pending = self._pending
+        if pending is None:
+            return
+        pending.join()
+        self._pending = None
+        if pending.error is not None:
+            if self._unsettled:  # several workers: its files go at the next settle
+                self._failed = pending
+            raise pending.error
 
     def restore(self, checkpoint: Any) -> str | None:
         """Restores the latest checkpoint; returns its path, or None when there is none."""

@@ -86,13 +86,13 @@ class NodeTiers(Tiers):
         rank = self.comm.rank
 
         def run() -> None:
-            self.local.join()  # an async local save: its error stays there
-            entry = self.local.entry(name)
-            if entry is None:  # the local save failed (on every worker): nothing to persist
-                self._upload_error = SKIPPED
-                return
-            self._inflight = (name, entry.step, entry.metrics)
-            try:
+            try:  # whatever fails here is this worker's upload error: never a silent "done"
+                self.local.join()  # an async local save: its error stays there
+                entry = self.local.entry(name)
+                if entry is None:  # the local save failed (on every worker): nothing to do
+                    self._upload_error = SKIPPED
+                    return
+                self._inflight = (name, entry.step, entry.metrics)
                 d = self.durable
                 copy_files(self.local.url(name), self.local.storage_options, d.store,
                            d.store.join(d.path, name),
@@ -155,7 +155,7 @@ class NodeTiers(Tiers):
             return "\n".join(failed)
         try:
             d.adopt(name, number, metrics, lambda path: commit_copied(
-                local.store, local.store.join(local.path, name), d.store, path))
+                local.store, local.store.join(local.path, name), d.store, path), uploaded=True)
             return None
         except BaseException as e:  # noqa: BLE001 - reported to every worker
             d.remove_uncommitted(name)

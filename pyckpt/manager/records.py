@@ -9,6 +9,7 @@ import errno
 import warnings
 from typing import Any, Callable
 
+from ..engine.commit import read_previous
 from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
                           committed_steps, delete_checkpoint, parse_step, read_state,
                           recover_state, write_state)
@@ -163,28 +164,31 @@ class Records:
     def remove_uncommitted(self, name: str) -> None:
         """Best effort: removes ``<name>`` (files uploaded by a failed persist) unless a
         checkpoint of that name is committed."""
+        path = self.store.join(self.path, name)
         try:
-            if not self.store.exists(self.store.join(self.path, name, INDEX_NAME)):
-                self.store.rmtree(self.store.join(self.path, name))
+            if read_previous(self.store, path) is None:
+                self.store.rmtree(path)
         except OSError:
             pass
 
     # -- commits from elsewhere (tiers) ---------------------------------------------------
     def adopt(self, name: str, number: int, metrics: dict | None,
-              commit: Callable[[str], Any]) -> None:
-        """Records ``<name>`` once ``commit(path)`` committed it here (a copy of a local
-        tier's checkpoint, or files uploaded by every worker and their index), under
-        the lease, as a save would (the first-save cleanup follows the commit); a
-        failed commit is rolled back."""
+              commit: Callable[[str], Any], uploaded: bool = False) -> None:
+        """Records ``<name>`` once ``commit(path)`` committed it here, under the lease, as a
+        save would; a failed commit is rolled back. A copy of a local tier's checkpoint
+        is made after the first-save cleanup; ``uploaded``: its files are here already
+        (every worker uploaded its own), so the cleanup follows the commit."""
         self.store.makedirs(self.path)
         self.begin_writing()
         try:
+            if not self.cleaned and not uploaded:
+                self.cleanup_leftovers()
             try:
                 commit(self.store.join(self.path, name))
             except BaseException as e:
                 self.roll_back(name, e)
                 raise
-            if not self.cleaned:  # after the commit: uploaded files are no leftovers
+            if not self.cleaned:
                 self.cleanup_leftovers()
             self.record(name, number, metrics)
         finally:

@@ -272,16 +272,17 @@ class NodeLocalSave:
     (``Communicator.background``), so the job's own never sees a collective of it."""
 
     def __init__(self, comm: Communicator, store: Store, path: str, p: Planned, *,
-                 graph: dict | None, replicate: int, options: Any) -> None:
+                 graph: dict | None, replicate: int, options: Any, tree: Any = None) -> None:
         self.comm, self.store, self.path, self.planned = comm, store, path, p
         self.attempt = p.gp.attempt
-        self._graph, self._replicate, self._options = graph, replicate, options
+        self._tree, self._graph = tree, graph
+        self._replicate, self._options = replicate, options
 
     def run(self) -> None:
         """Steps 4-9 (raises DistributedSaveError or WorkerTimeoutError on failure)."""
         result, _ = write_part(self.store, self.path, self.planned.mine, self.attempt,
                                self.comm.rank, self._options)
-        commit_node_local(self.comm, self.store, self.path, self.planned, result, tree=None,
+        commit_node_local(self.comm, self.store, self.path, self.planned, result, tree=self._tree,
                           graph=self._graph, replicate=self._replicate, options=self._options)
 
 

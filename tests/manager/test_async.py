@@ -113,3 +113,29 @@ def test_async_save_survives_an_immediate_exit(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                          text=True, timeout=120, check=True, cwd=tmp_path).stdout.strip()
     pyckpt.load_checkpoint(out).verify()
+
+
+def test_an_interrupted_wait_leaves_the_save_to_close(tmp_path, monkeypatch):
+    """Regression: Ctrl-C inside wait_until_finished() must not lose the save in flight:
+    close() still waits for it before freeing the staging buffers it reads."""
+    from pyckpt.saving import PendingSave
+
+    v = pyckpt.Variable(np.arange(200_000, dtype=np.float64))
+    m = pyckpt.CheckpointManager(pyckpt.Checkpoint(v=v), tmp_path)
+    real_join = PendingSave.join
+    interrupted = {"done": False}
+
+    def join(self, timeout=None):
+        if not interrupted["done"]:
+            interrupted["done"] = True
+            raise KeyboardInterrupt
+        return real_join(self, timeout)
+
+    monkeypatch.setattr(PendingSave, "join", join)
+    path = m.save(blocking=False)
+    with pytest.raises(KeyboardInterrupt):
+        m.wait_until_finished()
+    m.close()  # waits for the save, then frees the buffers
+    np.testing.assert_array_equal(pyckpt.load(path, as_numpy=True)["v"]
+                                  [".ATTRIBUTES"]["VARIABLE_VALUE"],
+                                  np.arange(200_000, dtype=np.float64))

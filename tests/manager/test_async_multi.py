@@ -394,3 +394,41 @@ def test_a_failed_device_copy_refuses_the_save_on_every_worker(tmp_path, fakedev
     assert results[0] == results[1] and results[0].endswith("ckpt-1"), results
     assert sorted(n for n in os.listdir(tmp_path) if n.startswith("ckpt-")) == ["ckpt-1"]
     assert not [n for n in os.listdir(results[0]) if n.startswith(("pyckpt-part", "pyckpt-att"))]
+
+
+def test_files_of_a_failure_raised_by_wait_until_finished_go_at_the_next_save(tmp_path,
+                                                                              monkeypatch):
+    """Regression: the error taken by wait_until_finished() must not make the next save
+    forget the failed attempt's files (rank 0 removes them after the settle)."""
+    real = writer.write_data
+    failing = {"on": True}
+
+    def write_data(store, path, tensors, *, attempt, rank=0, options=writer.DEFAULT):
+        if failing["on"] and rank == 1:
+            raise OSError(5, "Input/output error")
+        return real(store, path, tensors, attempt=attempt, rank=rank, options=options)
+
+    monkeypatch.setattr(writer, "write_data", write_data)
+
+    def body(comm):
+        ck = state_for(comm.rank, 2)
+        mgr = pyckpt.CheckpointManager(ck, tmp_path, comm=comm)
+        failed = mgr.save(blocking=False)
+        with pytest.raises(DistributedSaveError):
+            mgr.wait_until_finished()
+        comm.all_gather(None)
+        if comm.rank == 0:
+            failing["on"] = False
+        comm.all_gather(None)
+        saved = mgr.save()
+        mgr.close()
+        return failed, saved
+
+    results = ThreadGroup(2).run(body)
+    for r in results:
+        assert not isinstance(r, BaseException), r
+    failed, saved = results[0]
+    assert failed == saved  # the number was given back, and reused
+    assert sorted(n for n in os.listdir(saved)
+                  if not (n.startswith("data-") or n == "pyckpt.index")) == []
+    pyckpt.load_checkpoint(saved).verify()
