@@ -3,20 +3,19 @@
 
 from __future__ import annotations
 
-import fnmatch
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from . import progress as _progress
 from . import saving
-from .errors import CheckpointKeyError, CorruptCheckpointError
+from .errors import CorruptCheckpointError
 from .format.source import CheckpointSource
 from .load_into import load_into
 from .registry import empty_on, from_host, target_view
 from .sources import open_source
-from .tree import (flatten, is_array_kind, nest_flat, rebuild_leaf, skeleton_leaves, unflatten,
-                   validate_key)
+from .selection import map_keys, select_keys
+from .tree import flatten, is_array_kind, nest_flat, rebuild_leaf, skeleton_leaves, unflatten
 
 if TYPE_CHECKING:  # for signatures only
     from .workers.comm import Communicator
@@ -57,62 +56,6 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
 # ---------------------------------------------------------------------------
 # load
 # ---------------------------------------------------------------------------
-
-def _is_pattern(s: str) -> bool:
-    return any(c in s for c in "*?[")
-
-
-def select_keys(keys: list[str], select: Any) -> list[str]:
-    """Keys matching ``select``: exact keys (an exact match wins over reading an entry
-    as a pattern, so a key with ``*``, ``?`` or ``[`` in it can be picked by name),
-    subtree prefixes or glob patterns."""
-    if isinstance(select, str):
-        select = [select]
-    wanted: set[str] = set()
-    missing = []
-    exact = set(keys)
-    for s in select:
-        if not isinstance(s, str):
-            raise TypeError(f"select entries must be strings, got {s!r}")
-        if s in exact:  # an exact key wins, glob characters in it or not
-            hits = [s]
-        elif _is_pattern(s):
-            hits = [k for k in keys if fnmatch.fnmatchcase(k, s)]
-        else:
-            prefix = s.rstrip("/") + "/"
-            hits = [k for k in keys if k.startswith(prefix)]
-        if not hits:
-            missing.append(s)
-        wanted.update(hits)
-    if missing:
-        raise CheckpointKeyError(f"select matched no key for: {', '.join(map(repr, missing))}")
-    return [k for k in keys if k in wanted]
-
-
-def map_keys(keys: Iterable[str], key_map: Any) -> dict[str, str]:
-    """checkpoint key -> target key (keys mapped to None are dropped)."""
-    out: dict[str, str] = {}
-    if key_map is None:
-        return {k: k for k in keys}
-    fn: Callable[[str], Any]
-    if isinstance(key_map, Mapping):
-        fn = lambda k: key_map.get(k, k)  # noqa: E731
-    elif callable(key_map):
-        fn = key_map
-    else:
-        raise TypeError("key_map must be a dict or a callable")
-    targets: dict[str, str] = {}
-    for k in keys:
-        t = fn(k)
-        if t is None:
-            continue
-        validate_key(t)
-        if t in targets:
-            raise ValueError(f"key_map maps both {targets[t]!r} and {k!r} to {t!r}")
-        targets[t] = k
-        out[k] = t
-    return out
-
 
 def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None,
          mmap: bool = False, storage_options: dict | None = None, comm: Communicator | None = None,

@@ -1,6 +1,6 @@
 """Copies and conversions between checkpoint locations and formats (``pyckpt cp``):
 pyckpt to pyckpt (every chunk verified, the copy committed last), and to or from
-``.safetensors`` files and TensorFlow checkpoints. The commands reach formats only
+``.safetensors`` files, Hugging Face safetensors folders and TensorFlow checkpoints. The commands reach formats only
 through this module and the public API (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .engine.copy import copy_checkpoint
+from .codecs.hf_folder import INDEX_FILE
 from .format import INDEX_NAME
 from .interop import safetensors as st
 from .interop import tensorflow as tfio
@@ -43,6 +44,9 @@ def target_format(dst: str, fmt: str = "auto") -> tuple[str, str]:
 def occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
     """What at ``dst`` a copy would replace (a committed checkpoint, a file), or None."""
     store, path = resolve(dst, options)
+    if fmt == "hf":
+        return (f"{store.url(path)} already holds a Hugging Face folder"
+                if store.exists(store.join(path, INDEX_FILE)) else None)
     if fmt == "tf":
         return (f"{store.url(path)} is already a TensorFlow checkpoint"
                 if store.exists(path + ".index") else None)
@@ -55,10 +59,15 @@ def occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
 
 def transfer(src: str, dst: str, fmt: str, *, source: Any = None,
              src_options: dict | None = None, dst_options: dict | None = None,
-             progress: Callable[[int, int], Any] | None = None) -> None:
-    """Writes ``src`` at ``dst`` in format ``fmt`` (``target_format``); ``source``: the
+             progress: Callable[[int, int], Any] | None = None,
+             max_shard_size: Any = "5GB") -> None:
+    """Writes ``src`` at ``dst`` in format ``fmt`` (``target_format``; ``hf``: a Hugging
+    Face safetensors folder of files of at most ``max_shard_size``); ``source``: the
     opened TensorFlow checkpoint ``src`` designates (``tensorflow_source``), if any."""
-    if fmt == "tf":
+    if fmt == "hf":
+        st.export_hf(source if source is not None else src, dst, max_shard_size=max_shard_size,
+                     src_options=src_options, dst_options=dst_options, progress=progress)
+    elif fmt == "tf":
         tfio.from_checkpoint(source if source is not None else src, dst,
                              src_options=src_options, dst_options=dst_options, progress=progress)
     elif source is not None:

@@ -100,12 +100,15 @@ def test_docs_name_no_fixed_s3_port():
 
 
 def test_api_doc_command_line_table_matches_the_parser():
-    """Section 8 names `cp`'s --force and --format, and `ls`'s real exit status."""
+    """Section 8 names `cp`'s --force, --format and --max-shard-size, and `ls`'s real exit
+    status."""
     text = API.read_text()
     section = text[text.index("## 8. Command line"):text.index("## 9.")]
-    assert "--force" in section and "--format {auto,pyckpt,tf,safetensors}" in section
+    assert "--force" in section and "--format {auto,pyckpt,tf,safetensors,hf}" in section
+    assert "--max-shard-size SIZE" in section
     row = next(line for line in section.splitlines() if line.startswith("| `pyckpt ls PATH`"))
     assert "1 when it holds none" in row
     r = subprocess.run([sys.executable, "-m", "pyckpt", "cp", "--help"], capture_output=True,
                        text=True, timeout=60, cwd=tempfile.gettempdir())
-    assert "--force" in r.stdout and "{auto,pyckpt,tf,safetensors}" in r.stdout
+    assert "--force" in r.stdout and "{auto,pyckpt,tf,safetensors,hf}" in r.stdout
+    assert "--max-shard-size SIZE" in r.stdout

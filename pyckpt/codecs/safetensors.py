@@ -17,13 +17,13 @@ import json
 import math
 import struct
 import warnings
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from .._dtypes import dtype_from_name, dtype_name
 from ..errors import CorruptCheckpointError
-from ..format.source import CheckpointSource
+from ..format.source import CheckpointSource, KeyedSource
 from ..format.values import left_out_warning, text_values
 from ..sharded import ShardedArray
 from ..storage import Store
@@ -50,7 +50,26 @@ def detect(store: Store, path: str) -> bool:
     return is_safetensors_path(path)
 
 
-class SafetensorsFile(CheckpointSource):
+class FlatTensors(KeyedSource):
+    """Tensors under their own names with string metadata (safetensors files and
+    folders): a flat tree, whole-tensor reads copied into the targets."""
+
+    _metadata: dict
+
+    @property
+    def metadata(self) -> dict:
+        return self._metadata
+
+    @property
+    def tree(self) -> dict:
+        """A flat dict of every tensor under its own name."""
+        return {"d": [[k, k] for k in self._keys]}
+
+    def read(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+        copy_into(self.read_new(indices), dsts)
+
+
+class SafetensorsFile(FlatTensors):
     """A safetensors file in some store, its header validated when opened. It has
     no checksums: reads check sizes and bounds only."""
 
@@ -101,39 +120,14 @@ class SafetensorsFile(CheckpointSource):
     def url(self) -> str:
         return self.store.url(self.path)
 
-    @property
-    def keys(self) -> Sequence[str]:
-        return self._keys
-
-    @property
-    def index(self) -> Mapping[str, int]:
-        return self._index
-
     def shape(self, i: int) -> tuple[int, ...]:
         return self.tensors[self._keys[i]][1]
 
     def dtype(self, i: int) -> np.dtype:
         return self.tensors[self._keys[i]][0]
 
-    @property
-    def metadata(self) -> dict:
-        return self._metadata
-
-    @property
-    def tree(self) -> dict:
-        """A flat dict of every tensor under its own name (what the file holds)."""
-        return {"d": [[k, k] for k in self._keys]}
-
     def describe(self) -> dict:
         return {"header_bytes": self.data_start}
-
-    def read(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
-        values = self.read_new(indices)
-        for v, d in zip(values, dsts):
-            if isinstance(d, ShardedArray):
-                v = v[tuple(slice(o, o + n) for o, n in zip(d.offsets, d.local.shape))]
-                d = d.local
-            np.copyto(d, v, casting="no")
 
     def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:
         keys = [self._keys[i] for i in indices]
@@ -164,28 +158,46 @@ class SafetensorsFile(CheckpointSource):
             self.read_new([i])
 
 
-def write_file(src: CheckpointSource, store: Store, path: str,
-               progress: Callable[[int, int], Any] | None = None) -> None:
-    """Writes the opened checkpoint ``src`` as the safetensors file ``path`` of ``store``,
-    tensor by tensor (the source's reads are verified ones), through the store's one
-    guarded write; warns naming the values a safetensors file cannot keep."""
-    names = [dtype_name(src.dtype(i)) for i in range(len(src.keys))]
-    unsupported = [f"{k} ({n})" for k, n in zip(src.keys, names) if n not in _NAMES]
-    if unsupported:
-        raise TypeError("safetensors cannot hold these tensors: " + ", ".join(unsupported))
-    left_out = left_out_warning(text_values(src.tree, src.graph), "safetensors file")
+def unsupported(src: CheckpointSource, indices: Sequence[int]) -> list[str]:
+    """``key (dtype)`` of every tensor of ``indices`` that safetensors cannot hold."""
+    names = [(src.keys[i], dtype_name(src.dtype(i))) for i in indices]
+    return [f"{k} ({n})" for k, n in names if n not in _NAMES]
+
+
+def check_writable(src: CheckpointSource, indices: Sequence[int], what: str) -> None:
+    """Raises TypeError naming the tensors safetensors cannot hold; warns naming the
+    values kept outside tensors (``what``: the file or folder written)."""
+    bad = unsupported(src, indices)
+    if bad:
+        raise TypeError("safetensors cannot hold these tensors: " + ", ".join(bad))
+    left_out = left_out_warning(text_values(src.tree, src.graph), what)
     if left_out is not None:
         warnings.warn(left_out, stacklevel=3)
+
+
+def write_file(src: CheckpointSource, store: Store, path: str,
+               progress: Callable[[int, int], Any] | None = None, *,
+               indices: Sequence[int] | None = None, names: Sequence[str] | None = None,
+               metadata: dict | None = None) -> int:
+    """Writes tensors ``indices`` (default: all) of the opened checkpoint ``src`` under
+    ``names`` (default: their keys) as the safetensors file ``path`` of ``store``, tensor
+    by tensor (the source's reads are verified ones), through the store's one guarded
+    write; returns the tensor bytes written. ``metadata``: the header's
+    ``__metadata__`` (default: the source's). The caller checks the dtypes first
+    (``check_writable``)."""
+    indices = list(range(len(src.keys))) if indices is None else list(indices)
+    names = [src.keys[i] for i in indices] if names is None else list(names)
     header: dict[str, Any] = {}
-    md = src.metadata
-    meta = md.get("safetensors") if isinstance(md.get("safetensors"), dict) \
-        else {k: v if isinstance(v, str) else json.dumps(v) for k, v in md.items()}
-    if meta:
-        header["__metadata__"] = {str(k): str(v) for k, v in meta.items()}
+    if metadata is None:
+        md = src.metadata
+        metadata = md.get("safetensors") if isinstance(md.get("safetensors"), dict) \
+            else {k: v if isinstance(v, str) else json.dumps(v) for k, v in md.items()}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     pos = 0
-    for i, k in enumerate(src.keys):
+    for i, k in zip(indices, names):
         n = math.prod(src.shape(i)) * src.dtype(i).itemsize
-        header[k] = {"dtype": _NAMES[names[i]], "shape": list(src.shape(i)),
+        header[k] = {"dtype": _NAMES[dtype_name(src.dtype(i))], "shape": list(src.shape(i)),
                      "data_offsets": [pos, pos + n]}
         pos += n
     body = json.dumps(header, separators=(",", ":")).encode()
@@ -195,7 +207,7 @@ def write_file(src: CheckpointSource, store: Store, path: str,
     def produce() -> Iterator[Any]:
         yield head
         done = 0
-        for i in range(len(src.keys)):
+        for i in indices:
             (arr,) = src.read_new([i])
             yield np.ascontiguousarray(arr).view(np.uint8).reshape(-1).data
             done += arr.nbytes
@@ -205,6 +217,18 @@ def write_file(src: CheckpointSource, store: Store, path: str,
     # through the store's guarded write (retries, stall limits, bounded cleanup; a
     # failed write leaves no object, and a local file is replaced atomically)
     write_stream(store, path, len(head) + pos, produce)
+    return pos
 
 
-__all__ = ["is_safetensors_path", "detect", "SafetensorsFile", "write_file", "dtype_name"]
+def copy_into(values: Sequence[np.ndarray], dsts: Sequence[Any]) -> None:
+    """Copies whole tensors into their destinations (arrays, or ShardedArray blocks:
+    the block's part of the tensor)."""
+    for v, d in zip(values, dsts):
+        if isinstance(d, ShardedArray):
+            v = v[tuple(slice(o, o + n) for o, n in zip(d.offsets, d.local.shape))]
+            d = d.local
+        np.copyto(d, v, casting="no")
+
+
+__all__ = ["is_safetensors_path", "detect", "FlatTensors", "SafetensorsFile", "write_file", "check_writable",
+           "copy_into", "dtype_name"]

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     callback, close = progress_bar(args, "copy")
     try:
         transfer(args.src, dst, fmt, source=source, src_options=src_opts,
-                 dst_options=dst_opts, progress=callback)
+                 dst_options=dst_opts, progress=callback, max_shard_size=args.max_shard_size)
     except (CheckpointError, OSError, TypeError, ValueError) as e:
         return report_error(args, e, "cp failed: ")
     finally:
@@ -74,12 +74,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                                ".safetensors file to convert to): a local path or an fsspec URL")
     p.add_argument("--force", "-f", action="store_true",
                    help="replace a committed checkpoint (or a file) already at DST")
-    p.add_argument("--format", choices=("auto", "pyckpt", "tf", "safetensors"), default="auto",
+    p.add_argument("--format", choices=("auto", "pyckpt", "tf", "safetensors", "hf"),
+                   default="auto",
                    help="what to write at DST: tf writes a TensorFlow checkpoint with DST as "
                         "its prefix (DST.index, DST.data-00000-of-00001, and the directory's "
-                        "`checkpoint` state file); auto (default): safetensors for a "
+                        "`checkpoint` state file); hf writes a Hugging Face safetensors folder "
+                        "(model-0000i-of-0000N.safetensors and model.safetensors.index.json, "
+                        "as transformers' save_pretrained); auto (default): safetensors for a "
                         "*.safetensors DST, tf for a DST ending in .index (its prefix), else "
                         "pyckpt. A TensorFlow SRC is read as such whatever the target")
+    p.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
+                   help="with --format hf: the most tensor bytes per file (default 5GB; "
+                        "decimal units as in transformers, 200KB = 200,000 bytes; KiB, MiB, "
+                        "GiB are binary); a larger tensor gets a file of its own")
     add_storage_options(p)
     p.add_argument("--src-storage-option", action="append", metavar="KEY=VALUE",
                    help="storage option for SRC only (repeatable), added to and overriding "

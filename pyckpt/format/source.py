@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import CheckpointKeyError
 from ..device.loading import fill_targets
 
-__all__ = ["CheckpointSource", "Target"]
+__all__ = ["CheckpointSource", "KeyedSource", "Target"]
 
 #: Where a read puts one tensor: a whole array, or this worker's block of it.
 Target = "np.ndarray | ShardedArray"
@@ -124,3 +124,19 @@ class CheckpointSource(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.url!r}: {len(self.keys)} tensors>"
+
+
+class KeyedSource(CheckpointSource):
+    """A source whose keys are a list fixed when it is opened: ``keys`` and ``index``
+    come from ``_keys`` and ``_index``, which the opener sets."""
+
+    _keys: list[str]
+    _index: dict[str, int]
+
+    @property
+    def keys(self) -> Sequence[str]:
+        return self._keys
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        return self._index

@@ -1,21 +1,29 @@
-"""safetensors files to and from pyckpt checkpoints (``pyckpt cp``): the reading and
+"""safetensors files to and from pyckpt checkpoints (``pyckpt cp``), and Hugging Face
+safetensors folders from any checkpoint (``export_hf``): the reading and
 writing of the format is the codec's (``pyckpt.codecs.safetensors``), checkpoints
 are opened through ``sources.open_source`` and written through ``saving``."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import json
+import math
+import re
+from typing import Any, Callable, Sequence
 
 from .. import saving
-from ..codecs.safetensors import SafetensorsFile, detect, dtype_name, is_safetensors_path, write_file
+from ..codecs.safetensors import (SafetensorsFile, check_writable, detect, dtype_name,
+                                  is_safetensors_path, write_file)
+from ..codecs.hf_folder import INDEX_FILE, is_shard_name, shard_name
+from ..errors import CheckpointError
 from ..format.source import CheckpointSource
+from ..selection import map_keys, select_keys
 from ..sources import open_source
 from ..storage import resolve
 from ..tree import validate_keys
-from ..workers.comm import SingleComm
+from ..workers.comm import Communicator, SingleComm
 
 __all__ = ["is_safetensors_path", "detect", "SafetensorsFile", "to_checkpoint",
-           "from_checkpoint", "dtype_name"]
+           "from_checkpoint", "export_hf", "parse_size", "dtype_name"]
 
 
 def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
@@ -37,4 +45,95 @@ def from_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     progress: Callable[[int, int], Any] | None = None) -> None:
     """A checkpoint (a path of any format, or any opened source) -> a safetensors
     file, tensor by tensor (verified reads)."""
-    write_file(open_source(src, src_options), *resolve(dst, dst_options), progress=progress)
+    source = open_source(src, src_options)
+    check_writable(source, range(len(source.keys)), "safetensors file")
+    write_file(source, *resolve(dst, dst_options), progress=progress)
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(size: Any) -> int:
+    """Bytes of ``size``: an int, or a string such as ``"5GB"`` (decimal, as in
+    transformers: ``200KB`` = 200,000 bytes) or ``"2GiB"`` (binary)."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        n = size
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*", str(size), re.IGNORECASE)
+        if m is None:
+            raise ValueError(f"max_shard_size {size!r} is not a size such as '5GB' or 10**9")
+        n = int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+    if n <= 0:
+        raise ValueError(f"max_shard_size must be positive, not {size!r}")
+    return n
+
+
+def plan_shards(sizes: Sequence[int], limit: int) -> list[list[int]]:
+    """Positions grouped into files in order, as transformers splits a state dict: a
+    file takes tensors while they fit in ``limit`` bytes; a tensor larger than the
+    limit gets a file of its own."""
+    shards: list[list[int]] = []
+    total = 0
+    for pos, n in enumerate(sizes):
+        if not shards or (shards[-1] and total + n > limit):
+            shards.append([])
+            total = 0
+        shards[-1].append(pos)
+        total += n
+    return shards or [[]]
+
+
+def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: Any = None,
+              key_map: Any = None, comm: Communicator | None = None,
+              src_options: dict | None = None, dst_options: dict | None = None,
+              progress: Callable[[int, int], Any] | None = None) -> str:
+    """Writes the checkpoint ``src`` (any format pyckpt reads; sharded tensors come
+    assembled) as a Hugging Face safetensors folder at ``dst_dir``:
+    ``model-0000i-of-0000N.safetensors`` files of at most ``max_shard_size`` bytes of
+    tensors each, and ``model.safetensors.index.json`` (``metadata.total_size``,
+    ``weight_map``), written last. ``select``/``key_map`` pick and rename keys as in
+    ``pyckpt.load``. With ``comm`` every worker calls it: each writes its share of the
+    files (file i by rank i mod world size), rank 0 the index once all are written.
+    Shard files of an earlier export that the new index does not name are removed.
+    Returns the folder's URL."""
+    limit = parse_size(max_shard_size)
+    source = open_source(src, src_options)
+    keys = list(source.keys) if select is None else select_keys(list(source.keys), select)
+    mapping = map_keys(keys, key_map)
+    indices = [source.index[k] for k in keys if k in mapping]
+    names = [mapping[source.keys[i]] for i in indices]
+    check_writable(source, indices, "Hugging Face folder")
+    sizes = [math.prod(source.shape(i)) * source.dtype(i).itemsize for i in indices]
+    shards = plan_shards(sizes, limit)
+    files = [shard_name(j + 1, len(shards)) for j in range(len(shards))]
+    store, folder = resolve(dst_dir, dst_options)
+    rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
+    store.makedirs(folder)
+    problem = None
+    try:
+        for j in range(rank, len(shards), world):
+            write_file(source, store, store.join(folder, files[j]), progress,
+                       indices=[indices[p] for p in shards[j]],
+                       names=[names[p] for p in shards[j]], metadata={"format": "pt"})
+    except Exception as e:  # noqa: BLE001 - every worker must hear of it
+        if comm is None:
+            raise
+        problem = f"rank {rank}: {type(e).__name__}: {e}"
+    if comm is not None:
+        problems = [p for p in comm.all_gather(problem) if p is not None]
+        if problems:
+            raise CheckpointError(f"export of {store.url(folder)} failed; its index was not "
+                                  "written:\n" + "\n".join(problems))
+    if rank == 0:
+        weight_map = {names[p]: files[j] for j, shard in enumerate(shards) for p in shard}
+        index = {"metadata": {"total_size": sum(sizes)},
+                 "weight_map": dict(sorted(weight_map.items()))}
+        store.write_atomic(store.join(folder, INDEX_FILE),
+                           (json.dumps(index, indent=2) + "\n").encode())
+        stale = [n for n in store.listdir(folder) if is_shard_name(n) and n not in set(files)]
+        if stale:
+            store.delete(store.join(folder, n) for n in stale)
+    if comm is not None:
+        comm.barrier()
+    return store.url(folder)

@@ -32,7 +32,7 @@ from ...engine import read_executor
 from ...engine.options import DEFAULT, IOOptions
 from ...engine.read_executor import ReadPlan
 from ...errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError
-from ...format.source import CheckpointSource
+from ...format.source import KeyedSource
 from ...sharded import ShardedArray
 from ...storage import Store
 from ...storage.local import map_file
@@ -63,7 +63,7 @@ def data_file_name(prefix_name: str, shard: int, num_shards: int) -> str:
     return f"{prefix_name}.data-{shard:05d}-of-{num_shards:05d}"
 
 
-class TensorFlowCheckpoint(CheckpointSource):
+class TensorFlowCheckpoint(KeyedSource):
     """A TensorFlow checkpoint ``<prefix>`` in a store, its index validated when
     opened. Tensors are addressed by position in ``keys`` (sorted, as stored);
     slices of partitioned variables are not keys of their own."""
@@ -207,14 +207,6 @@ class TensorFlowCheckpoint(CheckpointSource):
     @property
     def url(self) -> str:
         return self.store.url(self.prefix)
-
-    @property
-    def keys(self) -> Sequence[str]:
-        return self._keys
-
-    @property
-    def index(self) -> dict[str, int]:
-        return self._index
 
     def shape(self, i: int) -> tuple[int, ...]:
         return self._shapes[i]
