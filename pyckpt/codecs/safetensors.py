@@ -13,6 +13,8 @@ headers are validated before anything is allocated.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import json
 import math
 import struct
@@ -207,8 +209,7 @@ def write_file(src: CheckpointSource, store: Store, path: str,
     def produce() -> Iterator[Any]:
         yield head
         done = 0
-        for i in indices:
-            (arr,) = src.read_new([i])
+        for arr in read_ahead(src, indices):
             yield np.ascontiguousarray(arr).view(np.uint8).reshape(-1).data
             done += arr.nbytes
             if progress is not None:
@@ -218,6 +219,36 @@ def write_file(src: CheckpointSource, store: Store, path: str,
     # failed write leaves no object, and a local file is replaced atomically)
     write_stream(store, path, len(head) + pos, produce)
     return pos
+
+
+READ_AHEAD_BYTES = 256 << 20  # tensor bytes read ahead of the writer, at most
+READ_AHEAD_TENSORS = 8
+
+
+def read_ahead(src: CheckpointSource, indices: Sequence[int]) -> Iterator[np.ndarray]:
+    """The tensors ``indices`` of ``src`` in order, each read whole, with up to
+    ``READ_AHEAD_TENSORS`` reads (and ``READ_AHEAD_BYTES``) in flight on other threads,
+    so that a remote source's ranged reads overlap each other and the writing. A
+    failed read raises where its tensor is due; the reads not yet taken are
+    cancelled or waited for."""
+    sizes = [math.prod(src.shape(i)) * src.dtype(i).itemsize for i in indices]
+    with concurrent.futures.ThreadPoolExecutor(READ_AHEAD_TENSORS,
+                                               thread_name_prefix="pyckpt-read-ahead") as pool:
+        pending: collections.deque = collections.deque()
+        nxt, in_flight = 0, 0
+        try:
+            for k in range(len(indices)):
+                while nxt < len(indices) and len(pending) < READ_AHEAD_TENSORS and (
+                        not pending or in_flight + sizes[nxt] <= READ_AHEAD_BYTES):
+                    pending.append(pool.submit(src.read_new, [indices[nxt]]))
+                    in_flight += sizes[nxt]
+                    nxt += 1
+                (arr,) = pending.popleft().result()
+                in_flight -= sizes[k]
+                yield arr
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 def copy_into(values: Sequence[np.ndarray], dsts: Sequence[Any]) -> None:

@@ -187,3 +187,41 @@ def test_cp_format_hf(tmp_path):
     out = pyckpt.load(tmp_path / "hf")
     for k, v in state.items():
         np.testing.assert_array_equal(out[k], v)
+
+
+def test_read_ahead_keeps_order_and_raises_where_the_failed_tensor_is_due():
+    import threading
+    import time
+
+    from pyckpt.codecs import safetensors as cs
+
+    class Slow:
+        keys = [f"k{i}" for i in range(20)]
+        live = 0
+        most = 0
+        lock = threading.Lock()
+
+        def shape(self, i):
+            return (4,)
+
+        def dtype(self, i):
+            return np.dtype(np.float64)
+
+        def read_new(self, idx):
+            (i,) = idx
+            with self.lock:
+                Slow.live += 1
+                Slow.most = max(Slow.most, Slow.live)
+            time.sleep(0.02 * ((i * 7) % 3))  # finish out of order
+            with self.lock:
+                Slow.live -= 1
+            if i == 13:
+                raise OSError(5, "read failed")
+            return [np.full(4, float(i))]
+
+    got = []
+    with pytest.raises(OSError, match="read failed"):
+        for arr in cs.read_ahead(Slow(), list(range(20))):
+            got.append(int(arr[0]))
+    assert got == list(range(13))
+    assert 1 < Slow.most <= cs.READ_AHEAD_TENSORS
