@@ -30,26 +30,24 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..engine.copy import commit_copied, copy_files
 from ..errors import CheckpointError, add_note
 from ..workers import node_local
 from ..workers.comm import Communicator, comm_scope
+from .keeper import RunKeeper
 from .tiers import Tiers
 
 PERSIST_WINDOW = 16 << 20  # the upload checks for a save to yield to this often
 SKIPPED = "skipped"  # an upload's status when its local save failed
-
-if TYPE_CHECKING:
-    from .keeper import RunKeeper
 
 
 class NodeTiers(Tiers):
     """``Tiers`` of a multi-worker job (see the module doc). Every method that talks
     to the other workers is called by all of them, in the same order."""
 
-    def __init__(self, local: "RunKeeper", durable: "RunKeeper",
+    def __init__(self, local: RunKeeper, durable: RunKeeper,
                  persist_every: int | None, persist_interval_seconds: float | None,
                  comm: Communicator) -> None:
         super().__init__(local, durable, persist_every, persist_interval_seconds)
@@ -207,7 +205,7 @@ class NodeTiers(Tiers):
                                   + "\n".join(errors))
         return None
 
-    def _restore_together(self, checkpoint: Any, keeper: "RunKeeper", name: str,
+    def _restore_together(self, checkpoint: Any, keeper: RunKeeper, name: str,
                           errors: list[str], fetch: Any = None) -> bool:
         """Collective: every worker restores ``name`` of ``keeper`` (after ``fetch()``);
         False, with every worker's error added to ``errors``, when that failed anywhere.

@@ -34,14 +34,12 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ..checkpoint_reader import load_checkpoint
 from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError, CorruptCheckpointError, add_note
-
-if TYPE_CHECKING:
-    from .keeper import RunKeeper
+from .keeper import RunKeeper
 
 _LIVE: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
 
@@ -60,7 +58,7 @@ class Tiers:
     the background persist between them (see the module doc). It answers the calls
     of a ``CheckpointManager`` as one keeper does."""
 
-    def __init__(self, local: "RunKeeper", durable: "RunKeeper",
+    def __init__(self, local: RunKeeper, durable: RunKeeper,
                  persist_every: int | None, persist_interval_seconds: float | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if persist_every is not None and persist_every < 1:

@@ -170,18 +170,23 @@ def test_a_failed_background_write_commits_nothing_and_raises_on_every_worker(
     assert not [n for n in os.listdir(third) if n.startswith(("pyckpt-part", "pyckpt-failed"))]
 
 
-def test_a_failure_surfaces_at_wait_until_finished_and_nothing_is_committed(tmp_path,
-                                                                             monkeypatch):
+def _rank_1_writes_fail(monkeypatch, before=lambda: None, when=lambda: True):
+    """Rank 1's data writes raise EIO (after ``before()``) while ``when()`` holds."""
     real = writer.write_data
-    gate = threading.Event()
 
     def write_data(store, path, tensors, *, attempt, rank=0, options=writer.DEFAULT):
-        if rank == 1:
-            gate.wait(5)
+        if rank == 1 and when():
+            before()
             raise OSError(5, "Input/output error")
         return real(store, path, tensors, attempt=attempt, rank=rank, options=options)
 
     monkeypatch.setattr(writer, "write_data", write_data)
+
+
+def test_a_failure_surfaces_at_wait_until_finished_and_nothing_is_committed(tmp_path,
+                                                                             monkeypatch):
+    gate = threading.Event()
+    _rank_1_writes_fail(monkeypatch, before=lambda: gate.wait(5))
 
     def body(comm):
         ck = state_for(comm.rank, 2)
@@ -400,15 +405,8 @@ def test_files_of_a_failure_raised_by_wait_until_finished_go_at_the_next_save(tm
                                                                               monkeypatch):
     """Regression: the error taken by wait_until_finished() must not make the next save
     forget the failed attempt's files (rank 0 removes them after the settle)."""
-    real = writer.write_data
     failing = {"on": True}
-
-    def write_data(store, path, tensors, *, attempt, rank=0, options=writer.DEFAULT):
-        if failing["on"] and rank == 1:
-            raise OSError(5, "Input/output error")
-        return real(store, path, tensors, attempt=attempt, rank=rank, options=options)
-
-    monkeypatch.setattr(writer, "write_data", write_data)
+    _rank_1_writes_fail(monkeypatch, when=lambda: failing["on"])
 
     def body(comm):
         ck = state_for(comm.rank, 2)
