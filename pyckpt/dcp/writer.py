@@ -1,0 +1,181 @@
+"""``pyckpt.dcp.StorageWriter``: DCP's StorageWriter over pyckpt's writers and commit.
+
+DCP's call sequence, and what each step does here (docs/PROTOCOL.md section 8):
+
+ - ``reset`` / ``set_up_storage_writer`` (every rank): the path, the role;
+ - ``prepare_global_plan`` (coordinator): starts the attempt (its marker, before
+   any data) and hands every rank the attempt id and its rank inside its plan;
+ - ``write_data`` (every rank): its items into its own shard files, each chunk
+   checksummed (the C++ writers, GIL released); the results say where each block
+   landed, and carry the bytes of the non-tensor items;
+ - ``finish`` (coordinator, once every rank succeeded): the index, last.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+from torch.distributed.checkpoint import StorageWriter as _Base
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+from ..adapters.torch_support import to_numpy
+from ..storage import resolve
+from ..workers import planned_save
+from ..workers.planned_save import PlannedTensor, StoredBlock
+from .names import host_dtype_name, json_planner_data
+
+__all__ = ["StorageWriter"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """What the coordinator tells each rank in its plan: the attempt and its rank."""
+    attempt: str
+    rank: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bytes:
+    """A non-tensor item's bytes, carried to the coordinator in its WriteResult."""
+    data: bytes
+
+
+def _host_block(item: Any, value: Any) -> np.ndarray:
+    """The CPU, contiguous numpy array of one tensor item (a view where possible)."""
+    t = value.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    want = tuple(item.tensor_data.chunk.sizes)
+    if tuple(t.shape) != want:
+        raise ValueError(f"DCP item {item.index.fqn!r} at {tuple(item.index.offset or ())}: the "
+                         f"planner resolved a tensor of shape {tuple(t.shape)}, its plan says {want}")
+    arr = to_numpy(t)
+    assert isinstance(arr, np.ndarray)  # a CPU tensor
+    return arr
+
+
+class StorageWriter(_Base):
+    """Writes a DCP save as a pyckpt checkpoint at ``path`` (a local path or fsspec URL;
+    ``storage_options`` go to fsspec). A checkpoint already at ``path`` is replaced
+    atomically when the new one commits."""
+
+    def __init__(self, path: str | os.PathLike, *, storage_options: dict | None = None) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        self.storage_options = storage_options
+        self._coordinator = False
+        self._attempt: str | None = None
+        self._release: Any = None
+
+    # -- DCP's interface ---------------------------------------------------------------
+    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+        self._give_up()
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("use_collectives", True) is False:
+            raise ValueError("pyckpt.dcp.StorageWriter writes one checkpoint per save, committed "
+                             "by the coordinator: it needs DCP's collectives (use_collectives=True)")
+        self._coordinator = is_coordinator
+
+    def storage_meta(self) -> StorageMeta | None:
+        return StorageMeta(checkpoint_id=self.path)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        self._give_up()
+        store, p = resolve(self.path, self.storage_options)
+        attempt = planned_save.begin(store, p)
+        self._attempt = attempt
+        # a save that fails on some rank never reaches finish(): ending the attempt
+        # with this writer (or the next reset) lets the next commit sweep its files
+        self._release = weakref.finalize(self, planned_save.end, store, p, attempt)
+        return [dataclasses.replace(plan, storage_data=_Part(attempt, i))
+                for i, plan in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        part = plan.storage_data
+        if not isinstance(part, _Part):
+            raise RuntimeError("pyckpt.dcp.StorageWriter: the plan carries no pyckpt attempt "
+                               "(prepare_global_plan of this writer class did not run)")
+        store, p = resolve(self.path, self.storage_options)
+        tensors, results = [], []
+        for item in plan.items:
+            if item.type == WriteItemType.BYTE_IO:
+                data = planner.resolve_data(item)
+                raw = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+                results.append(WriteResult(item.index, len(raw), _Bytes(raw)))
+            else:
+                tensors.append(item)
+        blocks = [(item.index.fqn, _host_block(item, planner.resolve_data(item)),
+                   tuple(item.tensor_data.chunk.offsets)) for item in tensors]
+        stored = planned_save.write_blocks(store, p, part.attempt, part.rank, blocks)
+        results += [WriteResult(item.index, b.nbytes, b) for item, b in zip(tensors, stored)]
+        fut: Future[list[WriteResult]] = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        if self._attempt is None:
+            raise RuntimeError("pyckpt.dcp.StorageWriter.finish without a started save")
+        store, p = resolve(self.path, self.storage_options)
+        attempt, self._attempt = self._attempt, None
+        if self._release is not None:
+            self._release.detach()
+        tensors, tree = _layout(metadata, [r for rs in results for r in rs])
+        extra = {"dcp": {"version": metadata.version,
+                         "planner_data": json_planner_data(metadata.planner_data)}}
+        planned_save.commit_blocks(store, p, attempt, tensors, world_size=len(results),
+                                   tree={"d": tree}, extra_info=extra)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _give_up(self) -> None:
+        """Ends an attempt that never reached finish() (a failed save)."""
+        if self._release is not None:
+            self._release()
+            self._release = None
+        self._attempt = None
+
+
+def _layout(metadata: Metadata, results: list[WriteResult]) -> tuple[list[PlannedTensor], list]:
+    """The checkpoint's tensors (blocks from the results) and its tree entries, in
+    DCP's metadata order; a key DCP declared but no rank wrote is an error."""
+    by_key: dict[str, list] = {}
+    for r in results:
+        by_key.setdefault(r.index.fqn, []).append(r.storage_data)
+    tensors, tree = [], []
+    for key, md in metadata.state_dict_metadata.items():
+        got = by_key.pop(key, [])
+        if isinstance(md, BytesStorageMetadata):
+            if len(got) != 1 or not isinstance(got[0], _Bytes):
+                raise ValueError(f"DCP entry {key!r}: expected one bytes item, the ranks "
+                                 f"wrote {len(got)}")
+            tree.append([key, {"b": base64.b64encode(got[0].data).decode("ascii")}])
+            continue
+        if not all(isinstance(b, StoredBlock) for b in got):
+            raise ValueError(f"DCP tensor {key!r}: a rank wrote it as bytes")
+        dtype = host_dtype_name(md.properties.dtype)
+        tensors.append(PlannedTensor(key, dtype, tuple(int(s) for s in md.size), got))
+        tree.append([key, {"s": key, "as": "torch"}])
+    if by_key:
+        raise ValueError(f"DCP wrote items its metadata does not declare: {sorted(by_key)[:5]}")
+    return tensors, tree
+

@@ -1,0 +1,152 @@
+"""Saves planned by another framework: torch DCP's planners decide which worker
+writes which block of which tensor, and pyckpt stores the blocks and commits.
+
+The steps (docs/PROTOCOL.md section 8), driven by the framework's own calls:
+
+ 1. (coordinator) ``begin``: a new attempt id and its marker, before any data;
+    the id reaches every worker inside the framework's plan;
+ 2. (every worker) ``write_blocks``: its blocks into its own shard files, named
+    with the attempt id and its rank, every chunk checksummed; returns one
+    ``StoredBlock`` per block, which the framework carries to the coordinator;
+ 3. (coordinator) ``commit_blocks``: checks that the blocks of every tensor tile
+    it exactly, with its dtype, then writes the index last through the one
+    commit routine, and ends the attempt.
+
+A worker's failure deletes its own files; the framework then never calls step 3,
+and the attempt's marker ends with ``end`` (the writer object's finalizer), so
+the next commit at that path sweeps the other workers' files as orphans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._dtypes import dtype_name, little_endian
+from ..engine import attempts, naming, writer
+from ..engine.options import DEFAULT, IOOptions
+from ..engine.writer import PreparedTensor, info
+from ..format.manifest import FileEntry, build_manifest
+from ..sharded.boxes import check_partition
+from ..storage import Store
+from ..tree import validate_keys
+
+__all__ = ["StoredBlock", "PlannedTensor", "begin", "end", "write_blocks", "commit_blocks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredBlock:
+    """Where one block landed: its file (None when empty), byte offset and length,
+    chunk CRCs, stored dtype name, and its box in the tensor (offsets, shape)."""
+    key: str
+    file: FileEntry | None
+    offset: int
+    nbytes: int
+    crcs: np.ndarray
+    dtype: str
+    offsets: tuple[int, ...]
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedTensor:
+    """One tensor of the checkpoint as the framework declares it."""
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+    blocks: list[StoredBlock]
+
+
+def begin(store: Store, path: str) -> str:
+    """Step 1: a new attempt at ``path``, marked live before any data is written."""
+    attempt = naming.new_attempt_id()
+    store.makedirs(path)
+    attempts.begin(store, path, attempt)
+    return attempt
+
+
+def end(store: Store, path: str, attempt: str) -> None:
+    """Ends ``attempt``'s marker (after its commit, or when it was given up)."""
+    attempts.end(store, path, attempt)
+
+
+def write_blocks(store: Store, path: str, attempt: str, rank: int,
+                 blocks: Sequence[tuple[str, np.ndarray, Sequence[int]]],
+                 options: IOOptions = DEFAULT) -> list[StoredBlock]:
+    """Step 2: writes ``(key, array, offsets)`` blocks of this worker; raises (having
+    deleted its own files) on failure."""
+    prepared = []
+    for j, (key, arr, _) in enumerate(blocks):
+        try:
+            name = dtype_name(arr.dtype)
+        except TypeError as e:
+            raise TypeError(f"{key!r}: {e}") from None
+        prepared.append(PreparedTensor(f"{key}#{j}", little_endian(arr), name))
+    store.makedirs(path)
+    data = writer.write_data(store, path, prepared, attempt=attempt, rank=rank, options=options)
+    counts = -(-data.nbytes // options.chunk_size)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out = []
+    for j, (key, arr, offsets) in enumerate(blocks):
+        n = int(data.nbytes[j])
+        out.append(StoredBlock(key, data.files[int(data.file[j])] if n else None,
+                               int(data.offset[j]), n,
+                               np.array(data.crcs[starts[j]:starts[j + 1]], dtype=np.uint32),
+                               prepared[j].dtype_name, tuple(int(o) for o in offsets),
+                               tuple(int(s) for s in arr.shape)))
+    return out
+
+
+def _check(t: PlannedTensor) -> None:
+    for b in t.blocks:
+        if b.dtype != t.dtype:
+            raise ValueError(f"{t.key!r}: a block at {b.offsets} was written as {b.dtype}, "
+                             f"the tensor is {t.dtype}")
+        if len(b.offsets) != len(t.shape) or len(b.shape) != len(t.shape):
+            raise ValueError(f"{t.key!r}: block at {b.offsets} of shape {b.shape} does not "
+                             f"match the tensor's rank ({t.shape})")
+    problem = check_partition(t.shape, [(b.offsets, b.shape) for b in t.blocks])
+    if problem is not None:
+        raise ValueError(f"{t.key!r} of shape {t.shape}: the written blocks do not tile it "
+                         f"({problem})")
+
+
+def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[PlannedTensor], *,
+                  world_size: int, tree: Any = None, extra_info: dict | None = None,
+                  options: IOOptions = DEFAULT) -> None:
+    """Step 3 (coordinator): validates the blocks, commits the index, ends the attempt.
+    Raises ValueError naming the tensor when blocks are missing, overlap or disagree
+    (nothing committed)."""
+    try:
+        validate_keys([t.key for t in tensors])
+        files: dict[str, int] = {}
+        cols: dict[str, list] = {"file": [], "offset": [], "nbytes": [], "crcs": [], "box": []}
+        for t in tensors:
+            _check(t)
+            whole = len(t.blocks) == 1 and t.blocks[0].shape == t.shape
+            for b in sorted(t.blocks, key=lambda b: b.offsets):
+                if b.file is not None:
+                    files.setdefault(b.file.name, len(files))
+                cols["file"].append(files[b.file.name] if b.file is not None else 0)
+                cols["offset"].append(b.offset)
+                cols["nbytes"].append(b.nbytes)
+                cols["crcs"].append(b.crcs)
+                cols["box"].append(None if whole else (b.offsets, b.shape))
+        entries = {b.file.name: b.file for t in tensors for b in t.blocks if b.file is not None}
+        doc = info(attempt, world_size)
+        doc.update(extra_info or {})
+        manifest = build_manifest(
+            chunk_size=options.chunk_size, files=[entries[n] for n in files],
+            keys=[t.key for t in tensors], dtype_names=[t.dtype for t in tensors],
+            shapes=[t.shape for t in tensors], file=np.asarray(cols["file"], np.int64),
+            offset=np.asarray(cols["offset"], np.int64),
+            nbytes=np.asarray(cols["nbytes"], np.int64),
+            crcs=np.concatenate(cols["crcs"]) if cols["crcs"] else np.zeros(0, np.uint32),
+            nblocks=np.asarray([len(t.blocks) for t in tensors], np.int64),
+            box=cols["box"] if any(b is not None for b in cols["box"]) else None,
+            tree=tree, info=doc)
+        writer.commit(writer.Commit(store, path, manifest, attempt=attempt))
+    finally:
+        end(store, path, attempt)
