@@ -199,3 +199,15 @@ def test_missing_torch_names_the_extra(tmp_path):
             "try:\n    import pyckpt.dcp\nexcept ImportError as e:\n    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert 'pip install "pyckpt[torch]"' in r.stdout, r.stdout + r.stderr
+
+
+def test_cp_to_hf_folder_leaves_bytes_out_with_a_warning(tmp_path):
+    path, out = str(tmp_path / "ck"), str(tmp_path / "hf")
+    dcp.save(state(), storage_writer=pyckpt.dcp.StorageWriter(path))
+    r = subprocess.run([sys.executable, "-m", "pyckpt", "cp", path, out, "--format", "hf"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "left out" in r.stderr and "step (bytes)" in r.stderr
+    got = pyckpt.load(out)
+    assert sorted(got) == sorted(f"model.{k}" for k in state()["model"])
+    assert torch.equal(torch.as_tensor(np.asarray(got["model.w"])), state()["model"]["w"])
