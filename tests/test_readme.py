@@ -59,6 +59,8 @@ def test_blocks_are_found():
 def test_readme_python_block_runs_alone(index, code, tmp_path):
     if "import torch" in code:
         require("torch")
+    if "import lightning" in code:
+        require("lightning")
     assert "/tmp/" not in code, "a guide block writes into a temporary directory of its own"
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(code)
