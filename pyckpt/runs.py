@@ -1,5 +1,5 @@
 """What a run directory (or bucket prefix) holds, for ``pyckpt ls`` and ``pyckpt verify
---fix``: a row per checkpoint, pyckpt's and TensorFlow's, and the removal of data
+--fix``: a row per checkpoint, pyckpt's, TensorFlow's and DCP's, and the removal of data
 files no committed index names. The commands reach storage formats only through
 this module and the public API (docs/ARCHITECTURE.md, "commands never look inside
 a format")."""
@@ -14,6 +14,7 @@ from .engine import attempts, naming
 from .engine.run import step_of
 from .errors import CheckpointError
 from .format import INDEX_NAME, decode_index
+from .codecs.dcp import METADATA_NAME, DCPCheckpoint
 from .codecs.tensorflow import TensorFlowCheckpoint
 from .storage import resolve
 
@@ -27,9 +28,11 @@ def natural_key(text: str) -> tuple:
 
 
 def _describe(store: Any, path: str, name: str) -> dict | None:
-    """A row for the pyckpt checkpoint directory ``path`` (None: it holds none)."""
+    """A row for the pyckpt (or DCP) checkpoint directory ``path`` (None: it holds none)."""
     entries = store.listdir(path)
     row = {"name": name, "path": store.url(path), "step": step_of(name)}
+    if METADATA_NAME in entries and INDEX_NAME not in entries:
+        return _describe_dcp(store, path, name)
     if INDEX_NAME in entries:
         try:
             m = decode_index(store.read_bytes(store.join(path, INDEX_NAME)), store.url(path))
@@ -60,6 +63,21 @@ def _describe_tensorflow(store: Any, prefix: str, name: str) -> dict:
             if isinstance(created, (int, float)) else None}
 
 
+def _describe_dcp(store: Any, path: str, name: str) -> dict:
+    """A row for the torch.distributed.checkpoint directory ``path`` (its ``.metadata``,
+    written last by DCP, exists)."""
+    row = {"name": name, "path": store.url(path), "step": step_of(name), "format": "dcp"}
+    try:
+        ck = DCPCheckpoint(store, path)
+    except CheckpointError as e:
+        return {**row, "status": "corrupt", "error": str(e)}
+    created = store.mtime(store.join(path, METADATA_NAME))
+    return {**row, "status": "committed",
+            "bytes": sum(f["bytes"] or 0 for f in ck.describe()["files"]), "tensors": len(ck.keys),
+            "created": datetime.datetime.fromtimestamp(created).isoformat(timespec="seconds")
+            if isinstance(created, (int, float)) else None}
+
+
 def list_checkpoints(path: Any, storage_options: dict | None = None) -> tuple[str, list[dict] | None]:
     """(URL of ``path``, its rows by step) where a row says name, path, step, status
     (committed, uncommitted or corrupt) and, when readable, bytes, tensors, created;
@@ -70,14 +88,15 @@ def list_checkpoints(path: Any, storage_options: dict | None = None) -> tuple[st
         return store.url(p), None
     rows: list[dict] = []
     here = p.rstrip("/").rsplit("/", 1)[-1]
+    entries = [] if tf_prefix else store.listdir(p)
     if tf_prefix:
         rows.append(_describe_tensorflow(store, p, here))
-    elif INDEX_NAME in store.listdir(p):
+    elif INDEX_NAME in entries or METADATA_NAME in entries:  # pyckpt's, or DCP's
         row = _describe(store, p, here)
         assert row is not None  # a directory holding an index is always described
         rows.append(row)
     else:
-        for name in store.listdir(p):
+        for name in entries:
             if name.endswith(".index") and name != INDEX_NAME:  # TensorFlow's <prefix>.index
                 rows.append(_describe_tensorflow(store, store.join(p, name[:-6]), name[:-6]))
                 continue

@@ -23,7 +23,7 @@ from .engine.options import DEFAULT, IOOptions
 from .engine.reader import OpenCheckpoint
 from .format import INDEX_NAME
 from .format.source import CheckpointSource
-from .codecs import hf_folder, safetensors, tensorflow
+from .codecs import dcp, hf_folder, safetensors, tensorflow
 from .storage import Store, resolve
 
 __all__ = ["CheckpointSource", "open_source", "register_format", "checkpoint_path"]
@@ -74,3 +74,4 @@ def checkpoint_path(store: Store, path: str) -> str:
 register_format("safetensors", safetensors.detect, safetensors.SafetensorsFile)
 register_format("tensorflow", tensorflow.detect, tensorflow.open_path)
 register_format("hf-safetensors", hf_folder.detect, hf_folder.HFFolder)
+register_format("dcp", dcp.detect, dcp.DCPCheckpoint)

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from . import saving
 from .engine.copy import copy_checkpoint
 from .codecs.hf_folder import INDEX_FILE
 from .format import INDEX_NAME
+from .format.source import CheckpointSource
 from .interop import safetensors as st
 from .interop import tensorflow as tfio
-from .sources import checkpoint_path
+from .sources import checkpoint_path, open_source
 from .storage import resolve
+from .tree import validate_keys
+from .workers.comm import SingleComm
 
 __all__ = ["target_format", "occupied", "tensorflow_source", "is_safetensors_path", "transfer"]
 
@@ -79,5 +83,21 @@ def transfer(src: str, dst: str, fmt: str, *, source: Any = None,
         st.from_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
                            progress=progress)
     else:
-        copy_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
-                        progress=progress)
+        opened = open_source(src, src_options)
+        if opened.format != "pyckpt":  # DCP directories, Hugging Face folders
+            _foreign_to_checkpoint(opened, dst, dst_options, progress)
+        else:
+            copy_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
+                            progress=progress)
+
+
+def _foreign_to_checkpoint(src: CheckpointSource, dst: str, dst_options: dict | None,
+                           progress: Callable[[int, int], Any] | None) -> None:
+    """Another format's checkpoint -> a pyckpt checkpoint: every tensor read (verified
+    as that format can), its tree (values kept outside tensors, such as DCP's bytes
+    entries) and metadata kept."""
+    validate_keys(list(src.keys))  # a foreign checkpoint's names become stored keys
+    values = src.read_new(range(len(src.keys)))
+    saving.write([saving.Item(k, v) for k, v in zip(src.keys, values)], dst,
+                 storage_options=dst_options, comm=SingleComm(), progress=progress,
+                 tree=src.tree, metadata=src.metadata or None)

@@ -60,7 +60,9 @@ def _summary(reader: Any) -> dict[str, Any]:
     """What ``inspect PATH`` reports: the checkpoint's facts and its key table."""
     src = reader.source
     facts = src.describe()
-    foreign = facts.get("tf_dtypes", {})  # TensorFlow strings/variants: no numpy dtype name
+    # the format's own names of dtypes numpy lacks (TensorFlow strings/variants, DCP's
+    # torch.complex32 or quantized tensors)
+    foreign = {**facts.get("tf_dtypes", {}), **facts.get("torch_dtypes", {})}
 
     def dtype_text(i: int) -> str:
         return foreign.get(src.keys[i]) or dtype_name(src.dtype(i))

@@ -1,0 +1,272 @@
+"""DCP's ``.metadata`` file, decoded without torch: the restricted reader
+(unpickler.py, with allowed.py's ``METADATA_GLOBALS``) gives plain records, and
+``decode_metadata`` checks them into ``DcpMetadata``.
+
+What ``torch.distributed.checkpoint`` (FileSystemWriter) stores there, as torch
+2.13 writes it: a ``Metadata`` with ``state_dict_metadata`` (fully qualified
+name -> ``TensorStorageMetadata(properties, size, chunks)`` or
+``BytesStorageMetadata()``), ``storage_data`` (``MetadataIndex(fqn, offset)`` ->
+``_StorageInfo(relative_path, offset, length[, transform_descriptors])``, one
+per chunk and per bytes entry), ``planner_data``, ``storage_meta`` and
+``version``. Every chunk lies inside its tensor, the chunks of a tensor tile it
+exactly, and every chunk and bytes entry has its storage record, naming a plain
+file of the checkpoint's directory.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import CorruptCheckpointError
+from ...sharded.boxes import check_partition
+from .allowed import METADATA_GLOBALS, TORCH_DTYPES, UNREAD_ITEMSIZE
+from .unpickler import Global, Obj, restricted_load
+
+__all__ = ["StorageInfo", "Chunk", "TensorEntry", "BytesEntry", "DcpMetadata",
+           "decode_metadata", "torch_itemsize", "MAX_DIMS", "MAX_BYTES"]
+
+MAX_DIMS = 64
+MAX_BYTES = 1 << 62  # a dimension, an offset, a length, a tensor's bytes
+_M = "torch.distributed.checkpoint.metadata."
+_PLAIN_NAME = re.compile(r"^[^/\\\x00]+$")
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    """Where an item's bytes are: ``length`` bytes at ``offset`` in ``relative_path``."""
+
+    relative_path: str
+    offset: int
+    length: int
+    transforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One stored chunk of a tensor: the box [offsets, offsets + sizes)."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    storage: StorageInfo
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    key: str
+    torch_dtype: str            # torch's name ("bfloat16")
+    dtype_name: str | None      # pyckpt's name, None when numpy has no such dtype
+    layout: str                 # "strided" unless a sparse/other layout was recorded
+    shape: tuple[int, ...]
+    chunks: tuple[Chunk, ...]
+
+
+@dataclass(frozen=True)
+class BytesEntry:
+    """A non-tensor value: the bytes DCP wrote for it (its torch.save archive),
+    listed, never decoded."""
+
+    key: str
+    storage: StorageInfo
+
+
+@dataclass(frozen=True)
+class DcpMetadata:
+    entries: tuple[TensorEntry | BytesEntry, ...]
+    version: str | None
+    save_id: str | None
+    checkpoint_id: str | None
+
+
+class _Checker:
+    """Checks the records of one ``.metadata`` (``where``: its URL, for messages)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def bad(self, what: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"DCP metadata {self.where}: {what}")
+
+    def state(self, obj: Any, cls: str, what: str) -> Any:
+        if not isinstance(obj, Obj) or obj.cls != _M + cls and not (
+                cls == "_StorageInfo" and obj.cls == "torch.distributed.checkpoint.filesystem."
+                "_StorageInfo"):
+            raise self.bad(f"{what} is {_kind(obj)}, not a {cls}")
+        return obj.state
+
+    def fields(self, obj: Any, cls: str, what: str) -> dict:
+        st = self.state(obj, cls, what)
+        if st is None:
+            return {}
+        if type(st) is not dict or not all(isinstance(k, str) for k in st):
+            raise self.bad(f"{what}: the {cls}'s state is {_kind(st)}, not its fields")
+        return st
+
+    def count(self, v: Any, what: str) -> int:
+        if type(v) is not int or not 0 <= v <= MAX_BYTES:
+            raise self.bad(f"{what} is {_kind(v)}, not an integer in [0, 2**62]")
+        return v
+
+    def dims(self, v: Any, what: str) -> tuple[int, ...]:
+        if type(v) is not tuple or len(v) > MAX_DIMS:
+            raise self.bad(f"{what} is {_kind(v)}, not a torch.Size of at most {MAX_DIMS} dims")
+        return tuple(self.count(d, what) for d in v)
+
+
+def _kind(v: Any) -> str:
+    """What an untrusted value is, briefly."""
+    if isinstance(v, (Obj, Global)):
+        return repr(v)
+    if isinstance(v, (int, float, bool, type(None))):
+        return repr(v)
+    if isinstance(v, str):
+        return repr(v[:60])
+    return f"a {type(v).__name__}"
+
+
+def _storage(c: _Checker, obj: Any, what: str) -> StorageInfo:
+    f = c.fields(obj, "_StorageInfo", what)
+    path = f.get("relative_path")
+    if not isinstance(path, str) or not _PLAIN_NAME.match(path) or path in (".", ".."):
+        raise c.bad(f"{what}: relative_path {_kind(path)} is not a plain file name of the "
+                    "checkpoint's directory")
+    offset = c.count(f.get("offset"), f"{what}: offset")
+    length = c.count(f.get("length"), f"{what}: length")
+    if offset + length > MAX_BYTES:
+        raise c.bad(f"{what}: bytes [{offset}, {offset + length}) are impossible")
+    tds = f.get("transform_descriptors")
+    if tds is None:
+        tds = ()
+    if not isinstance(tds, (list, tuple)) or not all(isinstance(t, str) for t in tds):
+        raise c.bad(f"{what}: transform_descriptors is {_kind(tds)}, not a list of names")
+    return StorageInfo(path, offset, length, tuple(tds))
+
+
+def _storage_index(c: _Checker, storage_data: Any) -> dict[tuple[str, Any], StorageInfo]:
+    """(fqn, chunk offsets or None) -> StorageInfo, from ``storage_data``."""
+    if type(storage_data) is not dict:
+        raise c.bad(f"storage_data is {_kind(storage_data)}, not a dict (not written by "
+                    "FileSystemWriter?)")
+    out: dict[tuple[str, Any], StorageInfo] = {}
+    for idx, info in storage_data.items():
+        f = c.fields(idx, "MetadataIndex", "a storage_data key")
+        fqn = f.get("fqn")
+        if not isinstance(fqn, str):
+            raise c.bad(f"a storage_data key has fqn {_kind(fqn)}")
+        off = f.get("offset")
+        where = f"storage record of {fqn!r}"
+        key = (fqn, None if off is None else c.dims(off, f"{where}: offset"))
+        out[key] = _storage(c, info, where)
+    return out
+
+
+def _properties(c: _Checker, obj: Any, key: str) -> tuple[str, str]:
+    """(torch dtype name, layout name) of a TensorProperties (tuple or dict state)."""
+    st = c.state(obj, "TensorProperties", f"tensor {key!r}: properties")
+    if type(st) is tuple and len(st) == 5:
+        dtype, layout = st[0], st[1]
+    elif type(st) is dict:
+        dtype, layout = st.get("dtype"), st.get("layout", Global("torch", "strided", "layout"))
+    else:
+        raise c.bad(f"tensor {key!r}: TensorProperties state is {_kind(st)}")
+    if not isinstance(dtype, Global) or dtype.kind != "dtype":
+        raise c.bad(f"tensor {key!r}: dtype is {_kind(dtype)}, not a torch dtype")
+    if not isinstance(layout, Global) or layout.kind != "layout":
+        raise c.bad(f"tensor {key!r}: layout is {_kind(layout)}, not a torch layout")
+    return dtype.name, layout.name
+
+
+def _tensor(c: _Checker, key: str, obj: Any,
+            storage: dict[tuple[str, Any], StorageInfo]) -> TensorEntry:
+    f = c.fields(obj, "TensorStorageMetadata", f"entry {key!r}")
+    torch_dtype, layout = _properties(c, f.get("properties"), key)
+    shape = c.dims(f.get("size"), f"tensor {key!r}: size")
+    name = TORCH_DTYPES[torch_dtype]
+    raw_chunks = f.get("chunks")
+    if type(raw_chunks) is not list:
+        raise c.bad(f"tensor {key!r}: chunks is {_kind(raw_chunks)}, not a list")
+    chunks: list[Chunk] = []
+    seen: set[tuple] = set()
+    for n, ch in enumerate(raw_chunks):
+        chunk = _chunk(c, f"tensor {key!r}, chunk {n}", ch, key, shape, name, storage)
+        if (chunk.offsets, chunk.sizes) not in seen:  # a replica listed twice: one record
+            seen.add((chunk.offsets, chunk.sizes))
+            chunks.append(chunk)
+    if name is not None and math.prod(shape) * _itemsize(name) > MAX_BYTES:
+        raise c.bad(f"tensor {key!r}: shape {list(shape)} is too large")
+    problem = check_partition(shape, [(ch.offsets, ch.sizes) for ch in chunks])
+    if problem is not None:
+        raise c.bad(f"tensor {key!r} of shape {list(shape)}: its chunks do not tile it "
+                    f"({problem})")
+    return TensorEntry(key, torch_dtype, name, layout, shape, tuple(chunks))
+
+
+def _chunk(c: _Checker, what: str, ch: Any, key: str, shape: tuple[int, ...], name: str | None,
+           storage: dict[tuple[str, Any], StorageInfo]) -> Chunk:
+    """One ChunkStorageMetadata of tensor ``key``, inside the tensor, with its storage
+    record, whose item can hold its values."""
+    cf = c.fields(ch, "ChunkStorageMetadata", what)
+    offs = c.dims(cf.get("offsets"), f"{what}: offsets")
+    sizes = c.dims(cf.get("sizes"), f"{what}: sizes")
+    if len(offs) != len(shape) or len(sizes) != len(shape) or any(
+            o + s > d for o, s, d in zip(offs, sizes, shape)):
+        raise c.bad(f"{what}: box at {list(offs)} of sizes {list(sizes)} is not inside "
+                    f"the tensor's shape {list(shape)}")
+    info = storage.get((key, offs))
+    if info is None:
+        raise c.bad(f"{what} at {list(offs)} has no storage record")
+    if name is not None and math.prod(sizes) * _itemsize(name) > info.length:
+        # the item holds the values: checked before anything is allocated for them
+        raise c.bad(f"{what}: {list(sizes)} {name} values cannot fit in its item, "
+                    f"{info.relative_path} bytes [{info.offset}, {info.offset + info.length})")
+    return Chunk(offs, sizes, info)
+
+
+def torch_itemsize(torch_dtype: str) -> int:
+    """Bytes per element of a torch dtype (those numpy lacks included)."""
+    name = TORCH_DTYPES.get(torch_dtype)
+    return _itemsize(name) if name is not None else UNREAD_ITEMSIZE.get(torch_dtype, 1)
+
+
+def _itemsize(name: str) -> int:
+    """Bytes per element of a pyckpt dtype name (without numpy: ml_dtypes may be missing)."""
+    if name in ("bool", "bfloat16") or name.startswith("float8"):
+        return 2 if name == "bfloat16" else 1
+    bits = int("".join(ch for ch in name if ch.isdigit()))
+    return bits // 8
+
+
+def _storage_meta(c: _Checker, obj: Any) -> tuple[str | None, str | None]:
+    """(save_id, checkpoint_id) of a StorageMeta (both informational)."""
+    if obj is None:
+        return None, None
+    f = c.fields(obj, "StorageMeta", "storage_meta")
+    save_id, ck = f.get("save_id"), f.get("checkpoint_id")
+    return (save_id if isinstance(save_id, str) else None,
+            ck if isinstance(ck, str) else None)
+
+
+def decode_metadata(data: bytes, where: str) -> DcpMetadata:
+    """The checked content of a ``.metadata`` file's bytes (``where``: its URL)."""
+    top = restricted_load(data, METADATA_GLOBALS, where=f"DCP metadata {where}")
+    c = _Checker(where)
+    f = c.fields(top, "Metadata", "the pickled value")
+    sdm = f.get("state_dict_metadata")
+    if type(sdm) is not dict or not all(isinstance(k, str) for k in sdm):
+        raise c.bad(f"state_dict_metadata is {_kind(sdm)}, not a dict of names")
+    storage = _storage_index(c, f.get("storage_data"))
+    entries: list[TensorEntry | BytesEntry] = []
+    for key, md in sdm.items():
+        if isinstance(md, Obj) and md.cls == _M + "BytesStorageMetadata":
+            info = storage.get((key, None))
+            if info is None:
+                raise c.bad(f"bytes entry {key!r} has no storage record")
+            entries.append(BytesEntry(key, info))
+        else:
+            entries.append(_tensor(c, key, md, storage))
+    version = f.get("version")
+    save_id, ck = _storage_meta(c, f.get("storage_meta"))
+    return DcpMetadata(tuple(entries), version if isinstance(version, str) else None,
+                       save_id, ck)
