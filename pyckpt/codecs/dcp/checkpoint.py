@@ -27,8 +27,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..._dtypes import dtype_from_name
-from ...errors import CheckpointKeyError, CheckpointNotFoundError, CorruptCheckpointError
+from ...errors import CheckpointKeyError, CorruptCheckpointError
 from ...format.source import KeyedSource
+from ..records import read_record_file
 from ...sharded import ShardedArray
 from ...sharded.boxes import intersect
 from ...storage import ByteRange, Store
@@ -61,15 +62,8 @@ class DCPCheckpoint(KeyedSource):
         self.store, self.path = store, path
         mpath = store.join(path, METADATA_NAME)
         url = store.url(mpath)
-        try:
-            size = store.size(mpath)
-            if size > MAX_METADATA_BYTES:
-                raise CorruptCheckpointError(f"DCP metadata {url} has {size} bytes, more than "
-                                             f"the {MAX_METADATA_BYTES} this reader accepts")
-            data = store.read_bytes(mpath)
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no DCP checkpoint at {store.url(path)} ({url} "
-                                          "does not exist)") from None
+        data = read_record_file(store, mpath, MAX_METADATA_BYTES, "DCP metadata",
+                                f"DCP checkpoint at {store.url(path)}")
         self._open(decode_metadata(data, url), len(data))
 
     @classmethod

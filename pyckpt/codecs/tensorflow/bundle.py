@@ -31,8 +31,9 @@ from ..._native import core as _core
 from ...engine import read_executor
 from ...engine.options import DEFAULT, IOOptions
 from ...engine.read_executor import ReadPlan
-from ...errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError
+from ...errors import CheckpointError, CorruptCheckpointError
 from ...format.source import KeyedSource
+from ..records import read_record_file
 from ...sharded import ShardedArray
 from ...storage import Store
 from ...storage.local import map_file
@@ -73,16 +74,9 @@ class TensorFlowCheckpoint(KeyedSource):
     def __init__(self, store: Store, prefix: str, options: IOOptions = DEFAULT) -> None:
         self.store, self.prefix, self.options = store, prefix, options
         index_path = prefix + ".index"
-        self.index_url = url = store.url(index_path)
-        try:
-            size = store.size(index_path)
-            if size > MAX_INDEX_BYTES:
-                raise CorruptCheckpointError(f"TensorFlow index {url} has {size} bytes, more "
-                                             f"than the {MAX_INDEX_BYTES} this reader accepts")
-            data = store.read_bytes(index_path)
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no TensorFlow checkpoint at {store.url(prefix)} "
-                                          f"({url} does not exist)") from None
+        self.index_url = store.url(index_path)
+        data = read_record_file(store, index_path, MAX_INDEX_BYTES, "TensorFlow index",
+                                f"TensorFlow checkpoint at {store.url(prefix)}")
         self._parse_index(data)
 
     @classmethod
