@@ -211,3 +211,14 @@ def test_cp_to_hf_folder_leaves_bytes_out_with_a_warning(tmp_path):
     got = pyckpt.load(out)
     assert sorted(got) == sorted(f"model.{k}" for k in state()["model"])
     assert torch.equal(torch.as_tensor(np.asarray(got["model.w"])), state()["model"]["w"])
+
+
+def test_reader_serves_dcps_own_checkpoints(tmp_path):
+    """A directory DCP's FileSystemWriter wrote loads through pyckpt's reader too (read
+    by pyckpt's DCP-format reader, every zip entry's CRC checked)."""
+    path = str(tmp_path / "dcp-own")
+    dcp.save(state(), checkpoint_id=path)
+    assert ".metadata" in os.listdir(path)
+    got = blank()
+    dcp.load(got, storage_reader=pyckpt.dcp.StorageReader(path))
+    check_equal(got, state())
