@@ -5,9 +5,12 @@ are opened through ``sources.open_source`` and written through ``saving``."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
+import os
 import re
+import threading
 from typing import Any, Callable, Sequence
 
 from .. import saving
@@ -84,6 +87,37 @@ def plan_shards(sizes: Sequence[int], limit: int) -> list[list[int]]:
     return shards or [[]]
 
 
+#: files one worker writes at once (each with its own read-ahead, READ_AHEAD_BYTES)
+FILES_IN_FLIGHT = max(1, min(4, os.cpu_count() or 1))
+
+
+def _write_files(source: CheckpointSource, store: Any, folder: str, files: list[str],
+                 shards: list[list[int]], indices: list[int], names: list[str],
+                 sizes: list[int], mine: Sequence[int],
+                 progress: Callable[[int, int], Any] | None) -> None:
+    """Writes this worker's files ``mine``, up to ``FILES_IN_FLIGHT`` at once; progress
+    counts the bytes of all of them. Raises the first failure once every file ended."""
+    total = sum(sizes[p] for j in mine for p in shards[j])
+    done, lock = [0] * len(files), threading.Lock()
+
+    def one(j: int) -> None:
+        def report(n: int, _: int) -> None:
+            with lock:
+                done[j] = n
+                if progress is not None:
+                    progress(sum(done), total)
+        write_file(source, store, store.join(folder, files[j]), report,
+                   indices=[indices[p] for p in shards[j]],
+                   names=[names[p] for p in shards[j]], metadata={"format": "pt"})
+
+    with concurrent.futures.ThreadPoolExecutor(FILES_IN_FLIGHT,
+                                               thread_name_prefix="pyckpt-export") as pool:
+        futures = [pool.submit(one, j) for j in mine]
+        concurrent.futures.wait(futures)
+    for f in futures:
+        f.result()
+
+
 def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: Any = None,
               key_map: Any = None, comm: Communicator | None = None,
               src_options: dict | None = None, dst_options: dict | None = None,
@@ -112,10 +146,8 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
     store.makedirs(folder)
     problem = None
     try:
-        for j in range(rank, len(shards), world):
-            write_file(source, store, store.join(folder, files[j]), progress,
-                       indices=[indices[p] for p in shards[j]],
-                       names=[names[p] for p in shards[j]], metadata={"format": "pt"})
+        _write_files(source, store, folder, files, shards, indices, names, sizes,
+                     range(rank, len(shards), world), progress)
     except Exception as e:  # noqa: BLE001 - every worker must hear of it
         if comm is None:
             raise
