@@ -43,6 +43,7 @@ def read_manifest(directory: str) -> dict:
         data = f.read()
     magic, version, flags, length, body_crc, head_crc = struct.unpack_from("<8sIIQII", data, 0)
     assert magic == b"PYCKPTIX", "bad magic"
+    assert version in (1, 2), f"unknown format version {version}"
     assert mask(crc32c(data[:28])) == head_crc, "bad header crc"
     body = data[32:32 + length]
     assert mask(crc32c(body)) == body_crc, "bad manifest crc"
@@ -78,7 +79,11 @@ def read_all(directory: str) -> dict[str, np.ndarray]:
             nbytes = b["nbytes"][j]
             raw = b""
             if nbytes:
-                with open(os.path.join(directory, doc["files"][b["file"][j]]["name"]), "rb") as f:
+                entry = doc["files"][b["file"][j]]
+                # a reference (format version 2): the file lies in the sibling directory "at"
+                where = (directory if "at" not in entry else
+                         os.path.join(os.path.dirname(os.path.normpath(directory)), entry["at"]))
+                with open(os.path.join(where, entry["name"]), "rb") as f:
                     f.seek(b["offset"][j])
                     raw = f.read(nbytes)
             assert len(raw) == nbytes, f"{key}: short read"

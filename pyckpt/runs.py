@@ -39,12 +39,15 @@ def _describe(store: Any, path: str, name: str) -> dict | None:
         except ValueError as e:
             return {**row, "status": "corrupt", "error": str(e)}
         created = m.info.get("created")
-        return {**row, "status": "committed", "bytes": sum(f.size for f in m.files),
+        own, referenced = m.own_and_referenced_bytes()
+        refs = sorted({f.at for f in m.files if f.at is not None})
+        return {**row, "status": "committed", "bytes": own + referenced,
+                **({"referenced_bytes": referenced, "references": refs} if refs else {}),
                 "tensors": len(m.keys),
                 "created": datetime.datetime.fromtimestamp(created).isoformat(timespec="seconds")
                 if isinstance(created, (int, float)) else None}
     if any(naming.is_data_file(e) for e in entries):
-        return {**row, "status": "uncommitted"}
+        return {**row, "status": "uncommitted"}  # or held: see list_checkpoints
     return None
 
 
@@ -80,7 +83,8 @@ def _describe_dcp(store: Any, path: str, name: str) -> dict:
 
 def list_checkpoints(path: Any, storage_options: dict | None = None) -> tuple[str, list[dict] | None]:
     """(URL of ``path``, its rows by step) where a row says name, path, step, status
-    (committed, uncommitted or corrupt) and, when readable, bytes, tensors, created;
+    (committed, uncommitted, held: data of a retired checkpoint that committed ones
+    reference, or corrupt) and, when readable, bytes, tensors, created;
     ``path`` itself when it is a checkpoint; rows None when ``path`` does not exist."""
     store, p = resolve(path, storage_options)
     tf_prefix = not store.isdir(p) and store.exists(p + ".index")  # dir/ckpt-5
@@ -103,6 +107,10 @@ def list_checkpoints(path: Any, storage_options: dict | None = None) -> tuple[st
             row = _describe(store, store.join(p, name), name)
             if row is not None:
                 rows.append(row)
+    held = {at for r in rows for at in r.get("references", ())}
+    for r in rows:  # a retired checkpoint's files that committed ones still reference
+        if r["status"] == "uncommitted" and r["name"] in held:
+            r["status"] = "held"
     rows.sort(key=lambda r: (r["step"] is None, r["step"] or 0, natural_key(r["name"])))
     return store.url(p), rows
 

@@ -27,6 +27,7 @@ from .engine.options import DEFAULT
 from .workers import background
 from .workers.save import NodeLocalSave, distributed_save, plan_save
 from .engine.write_executor import can_stage
+from .engine.incremental import Base, save_incremental
 from .engine.writer import StagedSave, save_tensors
 from .sharded import ShardedArray
 from .sharded.perworker import PerWorker
@@ -53,26 +54,40 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
           comm: Communicator | None = None,
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
           graph: dict | None = None, metadata: dict | None = None,
-          node_local: int | None = None) -> None:
+          node_local: int | None = None, base: Base | None = None,
+          incremental: bool = False) -> None:
     """Writes and commits one checkpoint at ``path`` (returns once it is durable,
     on every worker). ``node_local=k``: a multi-worker job's node-local checkpoint,
-    ``path`` being this worker's own, with k replicas (workers/node_local.py)."""
+    ``path`` being this worker's own, with k replicas (workers/node_local.py).
+    ``incremental``: an incremental save (engine/incremental.py) referencing the
+    unchanged data of ``base`` (None: a full one that records fingerprints)."""
     store, p = resolve(path, storage_options)
     comm, multi = _mode(items, comm)
+    _check_incremental(incremental, multi, node_local)
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
         if has_device_values([it.array for it in items]):
             _write_from_device(items, store, p, multi, lambda host: write(
                 host, path, storage_options=storage_options, comm=comm, tree=tree,
                 graph=graph, metadata=metadata, node_local=node_local), tree=tree, graph=graph,
-                metadata=metadata)
+                metadata=metadata, base=base, incremental=incremental)
         elif multi:
             assert comm is not None
             distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
                              tree=tree, graph=graph, metadata=metadata,
                              node_local=node_local is not None, replicate=node_local or 0)
+        elif incremental:
+            save_incremental(store, p, [(it.key, it.array) for it in items], base, tree=tree,
+                             graph=graph, metadata=metadata, keys_checked=True)
         else:
             save_tensors(store, p, [(it.key, it.array) for it in items], tree=tree, graph=graph,
                          metadata=metadata, keys_checked=True)
+
+
+def _check_incremental(incremental: bool, multi: bool, node_local: int | None) -> None:
+    if incremental and (multi or node_local is not None):
+        raise NotImplementedError(
+            "incremental saves of multi-worker jobs and sharded values are not supported "
+            "yet: save them with incremental=False (docs/API.md section 18)")
 
 
 def _planned(it: Item) -> Any:
@@ -85,7 +100,8 @@ def _planned(it: Item) -> Any:
 
 def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bool,
                        write_host: Callable[[list[Item]], None], *, tree: Any,
-                       graph: dict | None, metadata: dict | None) -> None:
+                       graph: dict | None, metadata: dict | None, base: Base | None = None,
+                       incremental: bool = False) -> None:
     """A blocking save of values of which some live in device memory. One process:
     the device copies land in reusable (pinned) staging buffers and the writers
     start on each as soon as it landed (``stage``); host values are written from
@@ -102,20 +118,27 @@ def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bo
                         for it, a in zip(items, staging)])
         else:
             stage(store, path, keys, live, staging, graph=graph, tree=tree,
-                  metadata=metadata)()
+                  metadata=metadata, base=base, incremental=incremental)()
     finally:
         done()
 
 
 def stage(store: Store, path: str, keys: list[str], live: list[Any],
           staging: list[np.ndarray], *, graph: dict | None, tree: Any = None,
-          metadata: dict | None = None) -> Callable[[], Any]:
+          metadata: dict | None = None, base: Base | None = None,
+          incremental: bool = False) -> Callable[[], Any]:
     """Copies ``live`` (host arrays and DeviceArrays) into ``staging`` (host arrays
     of the same shapes and dtypes, reused across saves; a staging array that is its
     live array is not copied) and returns, once the live values may change again,
     the work that writes and commits the checkpoint from the copies. Where the
-    store can write local files, writing starts while the copies run."""
+    store can write local files, writing starts while the copies run (not for an
+    incremental save: it compares the copies before it writes)."""
     native = all(a.dtype.byteorder in "=<|" for a in live)
+    if incremental:
+        stage_values(live, staging)
+        return lambda: save_incremental(store, path, list(zip(keys, staging)), base,
+                                        graph=graph, tree=tree, metadata=metadata,
+                                        keys_checked=True)
     if native and can_stage(store, path):  # the C++ core writes the files
         staged = StagedSave(store, path, keys, live, staging, graph=graph, metadata=metadata,
                             tree=tree)
@@ -258,7 +281,8 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
           graph: dict | None = None, metadata: dict | None = None,
           node_local: int | None = None, keep: Background | None = None,
-          then: Callable[[BaseException | None], Any] | None = None) -> PendingSave:
+          then: Callable[[BaseException | None], Any] | None = None,
+          base: Base | None = None, incremental: bool = False) -> PendingSave:
     """``write`` in the background, in every mode: returns once every value is copied
     aside into staging buffers (one host copy of the state, pinned for device values;
     ``keep``'s, else the process-wide ones kept for the next save:
@@ -277,6 +301,7 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     shown = str(path.__fspath__()) if hasattr(path, "__fspath__") else str(path)
     store, p = resolve(path, storage_options)
     comm, multi = _mode(items, comm)
+    _check_incremental(incremental, multi, node_local)
     if multi and node_local is not None and not (comm and comm.background_capable):
         handle = PendingSave(shown)
         handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
@@ -297,7 +322,8 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                                          metadata=metadata, node_local=node_local, keep=keep)
         else:
             work, cleanup = stage(store, p, keys, live, get(keys, live), graph=graph,
-                                  tree=tree, metadata=metadata), None
+                                  tree=tree, metadata=metadata, base=base,
+                                  incremental=incremental), None
         return PendingSave(shown, work, then=then, release=release, cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
         if release is not None:

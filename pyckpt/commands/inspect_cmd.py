@@ -92,6 +92,10 @@ def _print_summary(summary: dict[str, Any], fmt: str) -> None:
              f", {len(facts['files'])} data file(s) ({facts.get('layout', fmt)})"
              if "files" in facts else f" ({fmt})")
     print(f"size        {human(summary['bytes'])} in {len(tensors)} tensors{where}")
+    if facts.get("referenced_bytes"):
+        held = sorted({f["in"] for f in facts["files"] if "in" in f})
+        print(f"incremental {human(facts['own_bytes'])} held itself, "
+              f"{human(facts['referenced_bytes'])} referenced in {', '.join(held)}")
     if info and "attempt" in info:
         print(f"written by  {info.get('library')} {info.get('version')}, attempt "
               f"{info.get('attempt')}, {info.get('world_size', 1)} worker(s)")

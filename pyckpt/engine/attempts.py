@@ -132,7 +132,7 @@ def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> li
         committed = decode_index(store.read_bytes(index), store.url(index))
     except (OSError, ValueError):
         return []
-    referenced = {f.name for f in committed.files}
+    referenced = {f.name for f in committed.files if f.at is None}  # its own files
     doomed = [n for n in candidates if n not in referenced] + dead_markers
     store.delete(store.join(path, n) for n in doomed)
     return doomed

@@ -100,9 +100,10 @@ def abandon(store: Store, path: str, files: list[FileEntry], attempt: str | None
 def _delete_replaced(c: Commit, previous: Manifest | None) -> None:
     if previous is None:
         return
-    keep = {f.name for f in c.manifest.files}
-    try:
-        c.store.delete(c.store.join(c.path, f.name) for f in previous.files if f.name not in keep)
+    keep = {f.name for f in c.manifest.files if f.at is None}
+    try:  # its own files only: references name other checkpoints' files
+        c.store.delete(c.store.join(c.path, f.name) for f in previous.files
+                       if f.at is None and f.name not in keep)
     except OSError as e:
         warnings.warn(f"could not delete old data files under {c.store.url(c.path)}: {e}")
 

@@ -111,6 +111,9 @@ def commit_copied(src_store: Any, src: str, store: Any, dst: str) -> None:
     manifest = read_previous(src_store, src)
     if manifest is None:
         raise CheckpointError(f"the index of {src_store.url(src)} is gone")
+    if manifest.has_references:  # its referenced files were not copied with it
+        raise CheckpointError(f"{src_store.url(src)} references other checkpoints' files: "
+                              "its index cannot be committed elsewhere as it is")
     writer.commit(writer.Commit(store, dst, manifest, delete_replaced=False, sweep=False))
 
 
@@ -144,7 +147,8 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     dst_options: dict | None = None,
                     progress: Callable[[int, int], Any] | None = None) -> str:
     """Copies the committed checkpoint ``src`` to ``dst`` (any stores), verifying
-    every chunk; commits the copy last; returns its URL."""
+    every chunk; commits the copy last; returns its URL. The copy is self-contained:
+    the files an incremental checkpoint references are copied into it too."""
     ck = open_checkpoint(src, src_options)
     m = ck.manifest
     store, path = resolve(dst, dst_options)
@@ -171,7 +175,8 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
                       dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
                       tree=m.tree, metadata=m.metadata, graph=m.graph,
-                      info={**m.info, "attempt": attempt, "copied_from": ck.url})
+                      info={**{k: v for k, v in m.info.items() if k != "incremental"},
+                            "attempt": attempt, "copied_from": ck.url})
     writer.commit(writer.Commit(store, path, copied, attempt=attempt, new_files=new_files,
                                 sweep=False))
     return store.url(path)

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
-from ..format import FORMAT_VERSION, INDEX_NAME, Manifest, TensorEntry, decode_index
+from ..format import INDEX_NAME, FileEntry, Manifest, TensorEntry, decode_index
 from ..format.source import CheckpointSource
 from ..sharded import ShardedArray
 from ..storage import Store, resolve
@@ -17,7 +17,19 @@ from .options import DEFAULT, IOOptions
 from .read_executor import ReadPlan
 from .sharded_read import read_into_targets, read_whole, verify_sharded
 
-__all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint"]
+__all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint", "data_file_path"]
+
+
+def data_file_path(store: Store, path: str, entry: FileEntry) -> str:
+    """Where data file ``entry`` of the checkpoint at ``path`` lies: in its directory,
+    or for a reference (``entry.at``, docs/FORMAT.md section 10) in the sibling
+    checkpoint directory of that name."""
+    if entry.at is None:
+        return store.join(path, entry.name)
+    trimmed = path.rstrip("/")
+    cut = trimmed.rfind("/")
+    parent = "" if cut < 0 else (trimmed[:cut] or "/")
+    return store.join(parent, entry.at, entry.name) if parent else f"{entry.at}/{entry.name}"
 
 
 def resolve_checkpoint(store: Store, path: str) -> str:
@@ -101,8 +113,11 @@ class OpenCheckpoint(CheckpointSource):
 
     def describe(self) -> dict:
         m = self.manifest
-        return {"format_version": FORMAT_VERSION, "chunk_size": m.chunk_size,
-                "files": [{"name": f.name, "bytes": f.size} for f in m.files]}
+        own, referenced = m.own_and_referenced_bytes()
+        return {"format_version": m.version, "chunk_size": m.chunk_size,
+                "files": [{"name": f.name, "bytes": f.size} if f.at is None
+                          else {"name": f.name, "bytes": f.size, "in": f.at} for f in m.files],
+                "own_bytes": own, "referenced_bytes": referenced}
 
     def blocks(self, i: int) -> int:
         b = self.manifest.blocks
@@ -149,7 +164,7 @@ class OpenCheckpoint(CheckpointSource):
         return self.manifest.entry(self.index_of(key))
 
     def file_path(self, index: int) -> str:
-        return self.store.join(self.path, self.manifest.files[index].name)
+        return data_file_path(self.store, self.path, self.manifest.files[index])
 
     # -- integrity of files -------------------------------------------------------
     def check_files(self, indices: Iterable[int]) -> None:
@@ -160,8 +175,9 @@ class OpenCheckpoint(CheckpointSource):
             try:
                 size = self.store.size(p)
             except FileNotFoundError:
+                what = "data file" if f.at is None else f"data file (of {f.at}, referenced)"
                 raise CorruptCheckpointError(
-                    f"checkpoint {self.url}: data file '{self.store.url(p)}' is missing "
+                    f"checkpoint {self.url}: {what} '{self.store.url(p)}' is missing "
                     f"(needed for bytes [0, {f.size}))") from None
             if size != f.size:
                 raise CorruptCheckpointError(

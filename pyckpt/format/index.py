@@ -3,7 +3,8 @@
 Layout (all integers little-endian)::
 
     0   8  magic            b"PYCKPTIX"
-    8   4  u32 version      format major version (1)
+    8   4  u32 version      format major version (1; 2 with references to other
+                            checkpoints' files, docs/FORMAT.md section 10)
     12  4  u32 flags        0
     16  8  u64 length L     manifest length in bytes
     24  4  u32 body crc     masked CRC32C of the manifest bytes
@@ -22,7 +23,7 @@ import struct
 
 from .._native import core as _core
 from ..errors import CorruptCheckpointError
-from .manifest import Manifest
+from .manifest import FORMAT_VERSION, Manifest
 
 INDEX_NAME = "pyckpt.index"
 MAGIC = b"PYCKPTIX"
@@ -30,7 +31,7 @@ END_MAGIC = b"PYCKEND\n"
 HEADER = struct.Struct("<8sIIQII")
 HEADER_SIZE = HEADER.size  # 32
 MAX_MANIFEST_BYTES = 1 << 30
-SUPPORTED_VERSION = 1
+SUPPORTED_VERSION = FORMAT_VERSION  # 2: an older pyckpt refuses what it cannot read
 
 
 def _mask(data: bytes | memoryview) -> int:
@@ -41,7 +42,7 @@ def encode_index(manifest: Manifest) -> bytes:
     """The bytes of the index file holding ``manifest`` (layout above)."""
     body = json.dumps(manifest.to_json(), separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
-    head = struct.pack("<8sIIQI", MAGIC, SUPPORTED_VERSION, 0, len(body), _mask(body))
+    head = struct.pack("<8sIIQI", MAGIC, manifest.version, 0, len(body), _mask(body))
     return head + struct.pack("<I", _mask(head)) + body + END_MAGIC
 
 
@@ -81,8 +82,12 @@ def decode_index(data: bytes, name: str = "<index>") -> Manifest:
         return bad(what, HEADER_SIZE, end)
 
     try:  # parsed and validated member by member: see Manifest.from_text
-        return Manifest.from_text(text, invalid)
+        manifest = Manifest.from_text(text, invalid)
     except CorruptCheckpointError:
         raise
     except (ValueError, RecursionError) as e:  # JSONDecodeError, an over-long integer...
         raise bad(f"manifest is not valid JSON: {e}", HEADER_SIZE, end) from None
+    if manifest.version > version:  # an older reader would have read it without them
+        raise bad(f"the manifest references other checkpoints' files but the header says "
+                  f"format version {version}", 8, 12)
+    return manifest

@@ -30,7 +30,7 @@ import numpy as np
 from .._dtypes import dtype_from_name
 from .json_scan import LazyJSON
 # the records and columns, importable from here as before the split
-from .records import (FORMAT_VERSION, MAX_BYTES, MAX_CHUNK, MAX_NDIM, BadFn, Block,
+from .records import (BASE_VERSION, FORMAT_VERSION, MAX_BYTES, MAX_CHUNK, MAX_NDIM, BadFn, Block,
                       BlockTable, DtypeColumn, FileEntry, ShapeColumn, TensorEntry)
 from .validate import manifest_fields, manifest_fields_from_text
 
@@ -135,6 +135,28 @@ class Manifest:
             return False
         return b.box is None or b.box[int(b.tensor_begin[i])] is None
 
+    # -- references (incremental saves, docs/FORMAT.md section 10) ---------------------
+    @property
+    def has_references(self) -> bool:
+        """Whether some data file lies in another checkpoint's directory."""
+        return any(f.at is not None for f in self.files)
+
+    @property
+    def version(self) -> int:
+        """The format version this manifest is written with: 2 with references (readers
+        that predate them refuse it), else 1."""
+        return FORMAT_VERSION if self.has_references else BASE_VERSION
+
+    def own_and_referenced_bytes(self) -> tuple[int, int]:
+        """Bytes of stored blocks in this checkpoint's own files, and in files of other
+        checkpoints it references."""
+        b = self.blocks
+        if not len(b):
+            return 0, 0
+        referenced = np.array([f.at is not None for f in self.files] + [False])
+        ref = referenced[np.minimum(b.file, len(self.files))] & (b.nbytes > 0)
+        return int(b.nbytes[~ref].sum()), int(b.nbytes[ref].sum())
+
     # -- writing ----------------------------------------------------------------------
     def to_json(self) -> dict:
         """The manifest as the JSON document of the index file (docs/FORMAT.md, "Manifest")."""
@@ -148,12 +170,15 @@ class Manifest:
                                   "nbytes": b.nbytes.tolist()}
         if b.box is not None:
             blocks["box"] = [None if x is None else [list(x[0]), list(x[1])] for x in b.box]
+        if b.hashes is not None:
+            blocks["h128"] = b.hashes
         return {
             "format": "pyckpt",
-            "version": FORMAT_VERSION,
+            "version": self.version,
             "chunk_size": self.chunk_size,
             "info": self.info,
-            "files": [{"name": f.name, "size": f.size} for f in self.files],
+            "files": [{"name": f.name, "size": f.size} if f.at is None
+                      else {"name": f.name, "size": f.size, "at": f.at} for f in self.files],
             "tensors": tensors,
             "blocks": blocks,
             "crc32c": b.crcs.tolist(),
@@ -200,7 +225,8 @@ def build_manifest(*, chunk_size: int, files: list[FileEntry], keys: Sequence[st
                    file: np.ndarray, offset: np.ndarray, nbytes: np.ndarray, crcs: np.ndarray,
                    nblocks: np.ndarray | None = None, box: list | None = None,
                    tree: dict | None = None, metadata: dict | None = None,
-                   graph: dict | None = None, info: dict | None = None) -> Manifest:
+                   graph: dict | None = None, info: dict | None = None,
+                   hashes: list[str] | None = None) -> Manifest:
     """A Manifest from columns produced by a writer (trusted input)."""
     n = len(keys)
     if nblocks is None:
@@ -209,7 +235,7 @@ def build_manifest(*, chunk_size: int, files: list[FileEntry], keys: Sequence[st
     np.cumsum(nblocks, out=tensor_begin[1:])
     table = BlockTable(np.asarray(file, dtype=np.int64), np.asarray(offset, dtype=np.int64),
                        np.asarray(nbytes, dtype=np.int64), box, tensor_begin,
-                       np.asarray(crcs, dtype=np.uint32), chunk_size)
+                       np.asarray(crcs, dtype=np.uint32), chunk_size, hashes)
     return Manifest(chunk_size=chunk_size, files=files, keys=list(keys),
                     dtype_names=list(dtype_names), shapes=[tuple(s) for s in shapes],
                     blocks=table, tree=tree, metadata=metadata, graph=graph, info=info)

@@ -16,7 +16,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 
 import numpy as np
 
-FORMAT_VERSION = 1
+#: the newest format version this pyckpt reads and writes; 1 unless the index
+#: references data files of other checkpoints (docs/FORMAT.md section 10)
+FORMAT_VERSION = 2
+#: the version of indexes without references (what readers older than references read)
+BASE_VERSION = 1
 MAX_NDIM = 64
 MAX_BYTES = 1 << 62
 MAX_CHUNK = 1 << 31
@@ -27,11 +31,13 @@ BadFn = Callable[[str], Exception]
 # eq=False, repr=False: records compare by identity (and stay hashable), as before
 @dataclass(slots=True, eq=False, repr=False)
 class FileEntry:
-    """A data file of the checkpoint: its ``name`` inside the checkpoint directory and its
-    ``size`` in bytes."""
+    """A data file of the checkpoint: its ``name`` and ``size`` in bytes, in the
+    checkpoint's own directory, or (``at``, a reference of an incremental save) in the
+    sibling checkpoint directory ``at`` of the same run directory."""
 
     name: str
     size: int
+    at: str | None = None
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -75,17 +81,21 @@ class BlockTable:
     ``tensor_begin[i] .. tensor_begin[i+1]``; block j's CRCs are
     ``crcs[crc_begin[j] .. crc_begin[j+1]]``."""
 
-    __slots__ = ("file", "offset", "nbytes", "box", "tensor_begin", "crc_begin", "crcs")
+    __slots__ = ("file", "offset", "nbytes", "box", "tensor_begin", "crc_begin", "crcs",
+                 "hashes")
 
     def __init__(self, file: np.ndarray, offset: np.ndarray, nbytes: np.ndarray,
                  box: list | None, tensor_begin: np.ndarray, crcs: np.ndarray,
-                 chunk_size: int) -> None:
+                 chunk_size: int, hashes: list[str] | None = None) -> None:
         self.file = file
         self.offset = offset
         self.nbytes = nbytes
         self.box = box  # None, or per block None | (offsets, shape)
         self.tensor_begin = tensor_begin
         self.crcs = crcs
+        # None, or per block the 128-bit fingerprints of its chunks as one hex string
+        # (docs/FORMAT.md section 10): what an incremental save compares with
+        self.hashes = hashes
         nchunks = -(-nbytes // chunk_size)
         self.crc_begin = np.zeros(len(nbytes) + 1, dtype=np.int64)
         np.cumsum(nchunks, out=self.crc_begin[1:])

@@ -26,6 +26,7 @@ from .records import (FORMAT_VERSION, MAX_BYTES, MAX_CHUNK, MAX_NDIM, BadFn, Blo
                       DtypeColumn, FileEntry, ShapeColumn)
 
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
+_HEX = re.compile(r"^[0-9a-f]*$")
 
 
 def manifest_fields(doc: Any, bad: BadFn) -> dict[str, Any]:
@@ -103,6 +104,7 @@ class _BlockColumns:
     offset: np.ndarray
     nbytes: np.ndarray
     box: Any
+    hashes: Any = None
 
 
 class _Validator:
@@ -125,6 +127,8 @@ class _Validator:
         for name in ("tree", "graph", "metadata", "info"):
             self.check_object(name, doc.get(name))
         files = self.files(doc.get("files"))
+        if version < 2 and any(f.at is not None for f in files):
+            raise bad(f"manifest version {version} cannot reference other checkpoints' files")
         tensors = self.converted("tensors", doc)
         blocks = self.blocks(self.converted("blocks", doc), self.converted("crc32c", doc),
                              tensors, files, chunk)
@@ -182,15 +186,18 @@ class _Validator:
         for i, f in enumerate(raw):
             if not isinstance(f, dict):
                 raise bad(f"file entry {i} must be an object")
-            name, size = f.get("name"), f.get("size")
+            name, size, at = f.get("name"), f.get("size"), f.get("at")
             if not isinstance(name, str) or not _FILE_NAME.match(name) or name == "pyckpt.index":
                 raise bad(f"file entry {i} has an unsafe name {name!r}")
+            if at is not None and (not isinstance(at, str) or not _FILE_NAME.match(at)):
+                raise bad(f"file {name!r} is referenced in an unsafe directory {at!r} (a "
+                          "reference names a sibling checkpoint directory)")
             if name in names:
                 raise bad(f"file {name!r} is listed twice")
             names.add(name)
             if type(size) is not int or not (0 <= size <= MAX_BYTES):
                 raise bad(f"file {name!r} has a bad size {size!r}")
-            out.append(FileEntry(name, size))
+            out.append(FileEntry(name, size, at))
         return out
 
     # -- tensors: whole columns at a time; a slow per-tensor pass only names the culprit --
@@ -305,7 +312,7 @@ class _Validator:
         raw["offset"] = None
         nbytes = _int_column(raw.get("nbytes"), None, "'blocks.nbytes'", bad)
         raw["nbytes"] = None
-        return _BlockColumns(file, offset, nbytes, raw.get("box"))
+        return _BlockColumns(file, offset, nbytes, raw.get("box"), raw.get("h128"))
 
     def blocks(self, cols: "_BlockColumns", crcs: np.ndarray, t: "_TensorColumns",
                files: list[FileEntry], chunk: int) -> BlockTable:
@@ -352,7 +359,19 @@ class _Validator:
         nchunks = -(-nbytes // chunk)
         if len(crcs) != int(nchunks.sum()):
             raise bad(f"'crc32c' must be a list of {int(nchunks.sum())} integers")
-        return BlockTable(file, offset, nbytes, box, tensor_begin, crcs.astype(np.uint32), chunk)
+        hashes = None if cols.hashes is None else self.hashes(cols.hashes, nchunks, key_of)
+        return BlockTable(file, offset, nbytes, box, tensor_begin, crcs.astype(np.uint32), chunk,
+                          hashes)
+
+    def hashes(self, raw: Any, nchunks: np.ndarray, key_of: Callable[[int], str]) -> list[str]:
+        """``blocks.h128``: per block, 32 lowercase hex digits per chunk."""
+        if not isinstance(raw, list) or len(raw) != len(nchunks):
+            raise self.bad(f"'blocks.h128' must be a list of {len(nchunks)} strings")
+        for j, (h, n) in enumerate(zip(raw, nchunks.tolist())):
+            if not isinstance(h, str) or len(h) != 32 * n or not _HEX.match(h):
+                raise self.bad(f"tensor {key_of(j)!r}: 'blocks.h128' entry {j} must be "
+                               f"{32 * n} lowercase hex digits (one 128-bit hash per chunk)")
+        return raw
 
     def boxes(self, raw: Any, nb: int, keys: list[str], dtypes: DtypeColumn,
               shapes: ShapeColumn, tensor_nbytes: np.ndarray, tensor_begin: np.ndarray,

@@ -35,6 +35,8 @@ import weakref
 from typing import Any, Callable
 
 from .. import saving
+from ..engine.commit import read_previous
+from ..engine.incremental import Base
 from ..device.staging import has_device_values
 from ..errors import add_note
 from ..graph.checkpoint import graph_items, write_graph
@@ -73,7 +75,8 @@ class RunKeeper(Records):
                  best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
                  storage_options: dict | None = None, *, max_async_bytes: int | None = None,
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 comm: Communicator | None = None, node_local: int | None = None) -> None:
+                 comm: Communicator | None = None, node_local: int | None = None,
+                 incremental: bool = False, full_save_every: int | None = 10) -> None:
         store, path = resolve(directory, storage_options)
         lease = WriterLease(store, path, lease_seconds, clock)
         super().__init__(store, path, checkpoint_name, lease, max_to_keep=max_to_keep,
@@ -85,6 +88,8 @@ class RunKeeper(Records):
         self._max_async_bytes = max_async_bytes
         self._comm = comm
         self.node_local = node_local
+        self.incremental = incremental
+        self._full_every = full_save_every
         self.background = saving.Background()  # staging buffers kept between saves
         self._pending: saving.PendingSave | None = None
         # a failed multi-worker background save whose error was already raised (by
@@ -151,16 +156,24 @@ class RunKeeper(Records):
             name = f"{self.name}-{number}"
             url = self.url(name)
             self.warn_if_below(number)
-            items, graph = (None, None) if blocking else graph_items(self.checkpoint)
-            sync = items is None or not self._async_fits(items)
+            inc = self.incremental
+            if lead:
+                self.check_not_held(name)
+            base = self._base(name) if inc else None
+            items, graph = (None, None) if blocking and not inc else graph_items(self.checkpoint)
+            sync = blocking or items is None or not self._async_fits(items)
             if not sync and multi and self.node_local is not None:
                 assert comm is not None
                 sync = not comm.background_capable  # its collectives run in the background
-            if comm is not None and multi and items is not None:
+            if comm is not None and multi and not blocking:
                 sync = not background.agree(comm, name, not sync)
             try:
                 pending = None
-                if sync and self.node_local is not None:
+                if sync and inc:
+                    assert items is not None
+                    saving.write(items, url, storage_options=self.storage_options, comm=comm,
+                                 graph=graph, incremental=True, base=base)
+                elif sync and self.node_local is not None:
                     write_graph(self.checkpoint, url, storage_options=self.storage_options,
                                 comm=comm, node_local=self.node_local)
                 elif sync:
@@ -170,7 +183,8 @@ class RunKeeper(Records):
                     after = self._after(counter, counted, name, number, metrics, lead, multi)
                     pending = saving.start(items, url, storage_options=self.storage_options,
                                            comm=comm, graph=graph, node_local=self.node_local,
-                                           keep=self.background, then=after)
+                                           keep=self.background, then=after,
+                                           incremental=inc, base=base)
             except BaseException as e:
                 if lead:
                     self.roll_back(name, e)
@@ -209,6 +223,16 @@ class RunKeeper(Records):
                     self.lease.end()  # a newer manager waiting to take over may go on
 
         return after
+
+    def _base(self, name: str) -> Base | None:
+        """What an incremental save of ``name`` compares with: the checkpoint saved last,
+        if it is a committed pyckpt checkpoint other than ``name`` (None: a full save)."""
+        latest = self.latest_name
+        if latest is None or latest == name:
+            return None
+        path = self.store.join(self.path, latest)
+        manifest = read_previous(self.store, path)
+        return None if manifest is None else Base(latest, path, manifest, self._full_every)
 
     def _async_fits(self, items: list[saving.Item]) -> bool:
         if self._max_async_bytes is None:

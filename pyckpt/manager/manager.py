@@ -17,6 +17,19 @@ from .node_tiers import NodeTiers
 from .tiers import Tiers
 
 
+def _check_incremental(comm: Communicator | None, local_dir: Any) -> None:
+    """Incremental saves exist for one-worker runs without a local tier (so far)."""
+    c = resolve_comm(comm)
+    if c is not None and c.world_size > 1:
+        raise NotImplementedError(
+            "incremental=True is not supported for multi-worker jobs yet "
+            f"({c.world_size} workers): use incremental=False (docs/API.md section 18)")
+    if local_dir is not None:
+        raise NotImplementedError(
+            "incremental=True cannot be combined with local_dir yet: use one or the other "
+            "(docs/API.md section 18)")
+
+
 class CheckpointManager:
     """Keeps the numbered checkpoints ``<directory>/<checkpoint_name>-<N>`` of one
     training run of a ``pyckpt.Checkpoint`` (docs/API.md sections 3 and 13), like
@@ -52,6 +65,10 @@ class CheckpointManager:
       most one persist per that many seconds (neither: every save).
     - ``replicate``: with several workers and ``local_dir``, each worker's files are
       also written to the local tiers of the next ``replicate`` workers.
+    - ``incremental``: each save writes only the tensors that changed since the
+      checkpoint saved last and references that one's data for the rest (docs/API.md
+      section 18); ``full_save_every``: every how many saves one is full (None: only
+      when most of the data changed).
 
     ``save()`` returns the new checkpoint's path (None when skipped);
     ``restore_or_initialize()``, ``wait_until_finished()``, ``close()`` (also as a
@@ -68,13 +85,20 @@ class CheckpointManager:
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
                  comm: Communicator | None = None, local_dir: Any = None,
                  local_max_to_keep: int | None = 2, persist_every: int | None = None,
-                 persist_interval_seconds: float | None = None, replicate: int = 0) -> None:
+                 persist_interval_seconds: float | None = None, replicate: int = 0,
+                 incremental: bool = False, full_save_every: int | None = 10) -> None:
         if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
             raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
         if max_to_keep is not None and max_to_keep < 1:
             raise ValueError("max_to_keep must be None or at least 1")
         if checkpoint_interval is not None and step_counter is None:
             raise ValueError("checkpoint_interval needs a step_counter")
+        if full_save_every is not None and (type(full_save_every) is not int
+                                            or full_save_every < 1):
+            raise ValueError(f"full_save_every must be None or an integer >= 1, not "
+                             f"{full_save_every!r}")
+        if incremental:
+            _check_incremental(comm, local_dir)
         self._checkpoint = checkpoint
         self._init_fn = init_fn
         durable: dict[str, Any] = dict(keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
@@ -89,7 +113,7 @@ class CheckpointManager:
             self._keeper: RunKeeper | Tiers = RunKeeper(
                 checkpoint, directory, max_to_keep, step_counter=step_counter,
                 checkpoint_interval=checkpoint_interval, max_async_bytes=max_async_bytes,
-                **durable)
+                incremental=incremental, full_save_every=full_save_every, **durable)
             return
         if local_max_to_keep is not None and local_max_to_keep < 1:
             raise ValueError("local_max_to_keep must be None or at least 1")

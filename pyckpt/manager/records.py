@@ -10,9 +10,9 @@ import warnings
 from typing import Any, Callable
 
 from ..engine.commit import read_previous
+from ..engine.references import held_files, retire
 from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
-                          committed_steps, delete_checkpoint, parse_step, read_state,
-                          recover_state, write_state)
+                          committed_steps, parse_step, read_state, recover_state, write_state)
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
 from ..storage import Store
@@ -38,6 +38,8 @@ class Records:
         self._clock = clock
         self.cleaned = False  # leftovers of crashed runs removed (first save)
         self._pinned: set[str] = set()  # being persisted by a tier: retention skips them
+        # references read from kept checkpoints' indexes, by name (engine/references.py)
+        self._refs: dict[str, frozenset[tuple[str, str]]] = {}
         self._state = self.recover()
 
     # -- what is recorded -------------------------------------------------------------
@@ -88,6 +90,7 @@ class Records:
 
     # -- recovery ---------------------------------------------------------------------
     def recover(self) -> ManagerState:
+        self._refs = {}  # another writer may have saved since
         return recover_state(self.store, self.path, self.name, self._clock, tensorflow=True)
 
     def reload(self) -> None:
@@ -102,8 +105,11 @@ class Records:
         keep = {e.name for e in self.entries()}
         for entry in self.store.listdir(self.path):
             if parse_step(entry, self.name) is not None and entry not in committed \
-                    and entry not in keep:
-                self.store.rmtree(self.store.join(self.path, entry))
+                    and entry not in keep and entry not in self._state.deleting:
+                # never committed, or held data whose record was lost: data that kept
+                # checkpoints reference stays (then it is collected like held data)
+                if not retire(self.store, self.path, entry, self.held()):
+                    self._state.deleting.append(entry)
             elif entry.startswith(".pyckpt-manager.") and ".tmp-" in entry:
                 # temp file of a state/lock write interrupted by a crash (we hold the lease)
                 self.store.delete([self.store.join(self.path, entry)])
@@ -213,7 +219,10 @@ class Records:
         state file and delete; other workers of a multi-worker run only track)."""
         if write:
             self.lease.refresh()
+        self._refs.pop(name, None)  # a re-save: its references are read anew
         st = self._state
+        if name in st.deleting:  # committed anew (check_not_held let it): not being deleted
+            st.deleting.remove(name)
         st.active = [e for e in st.active if e.name != name]
         st.active.append(Entry(name, number, self._clock(), metrics))
         for e in select_removals(st.active, self._max_to_keep, self._best_fn, self._best_mode):
@@ -242,9 +251,29 @@ class Records:
                 f"({type(e).__name__}: {e}); the next save or a new manager finishes that."
             ) from e
 
+    def held(self) -> dict[str, set[str]]:
+        """The files of other directories that kept checkpoints reference
+        (engine/references.py): retention leaves them."""
+        return held_files(self.store, self.path, [e.name for e in self.entries()], self._refs)
+
+    def check_not_held(self, name: str) -> None:
+        """Refuses to save over ``name`` while kept checkpoints reference its files."""
+        if self.entry(name) is None and name not in self._state.deleting:
+            return
+        held = self.held().get(name)
+        if held:
+            raise ValueError(
+                f"{self.url(name)} holds data that kept checkpoints of {self.directory} "
+                f"reference ({len(held)} files, e.g. {sorted(held)[0]}): saving over it "
+                "would change them. Save under a new number.")
+
     def _delete(self, name: str) -> None:
-        """Un-commits (index first) and removes one checkpoint; forgets the mark."""
+        """Un-commits (index first) and removes one checkpoint, except the files kept
+        checkpoints reference (held data: the name stays marked, and each later
+        retention collects what is no longer referenced); forgets the mark once
+        nothing is left."""
         check_step_name(name, self.name)  # never a path: see engine/run.py
-        delete_checkpoint(self.store, self.path, name)  # pyckpt's or TensorFlow's
-        if name in self._state.deleting:
-            self._state.deleting.remove(name)
+        self._refs.pop(name, None)
+        if retire(self.store, self.path, name, self.held()):  # pyckpt's or TensorFlow's
+            if name in self._state.deleting:
+                self._state.deleting.remove(name)

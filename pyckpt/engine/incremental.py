@@ -1,0 +1,206 @@
+"""Incremental saves: write the tensors that changed since a base checkpoint and
+reference the base's data for the rest (docs/FORMAT.md section 10, docs/PROTOCOL.md
+section 9). ``CheckpointManager(..., incremental=True)`` passes its newest kept
+checkpoint as the ``Base`` of each save.
+
+A tensor is reused only when the base stores it as one whole block of the same key,
+dtype and shape whose chunk fingerprints (fingerprints.py: 128 bits of SHA-256 per
+chunk) all equal the new value's: a changed byte is never taken for unchanged. The
+new index then names the base's file (``"at"``: the directory holding it; a file the
+base itself references keeps its own directory, so references never chain) with the
+block's offset and CRCs, and restores read each byte where it lies, in one pass.
+
+Two ways to save, chosen per save (``plan_mode``):
+
+- *selective*: fingerprint every tensor first, then write only the changed ones;
+- *full*: write every tensor, fingerprinting on the side while the writers run
+  (no reference; the next save's base): the first save, every ``full_every``-th save
+  (bounds how far back references reach), and whenever the base's own save found
+  more than ``FULL_ABOVE`` of its bytes changed (there, hashing before writing would
+  only add time to a save that writes nearly everything anyway).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..format import Manifest
+from ..format.manifest import FileEntry, build_manifest
+from ..storage import Store
+from . import attempts, naming
+from .commit import Commit, commit_checkpoint
+from .fingerprints import HashJob, block_hashes
+from .options import DEFAULT, IOOptions
+from .reader import data_file_path
+from .writer import PreparedTensor, WrittenData, _prepare_dir, check_metadata, info, \
+    prepare_tensors, write_data
+
+__all__ = ["Base", "FULL_ABOVE", "plan_mode", "save_incremental", "stats"]
+
+#: a base whose save found more than this fraction of its bytes changed makes the
+#: next save a full one (module doc)
+FULL_ABOVE = 0.75
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """The checkpoint an incremental save compares with: ``name``, a committed sibling
+    directory of the checkpoint being written (same run directory), its ``path`` and
+    ``manifest``. ``full_every``: every how many saves one is full (None: only when
+    the base has no fingerprints or changed mostly)."""
+
+    name: str
+    path: str
+    manifest: Manifest
+    full_every: int | None = 10
+
+
+def stats(manifest: Manifest) -> dict:
+    """``info.incremental`` of a checkpoint (empty for one saved otherwise)."""
+    got = manifest.info.get("incremental")
+    return got if isinstance(got, dict) else {}
+
+
+def plan_mode(base: Base | None) -> str:
+    """"selective" or "full" (module doc)."""
+    if base is None or base.manifest.blocks.hashes is None:
+        return "full"
+    st = stats(base.manifest)
+    since = st.get("since_full")
+    if not isinstance(since, int) or (base.full_every is not None
+                                      and since + 1 >= base.full_every):
+        return "full"
+    changed, total = st.get("changed_bytes"), st.get("total_bytes")
+    if isinstance(changed, int) and isinstance(total, int) and total > 0 \
+            and changed > FULL_ABOVE * total:
+        return "full"
+    return "selective"
+
+
+def _usable_files(store: Store, base: Base) -> list[bool]:
+    """Per file of the base: whether it is there with its size (a reference to a file
+    that is not would commit a checkpoint that cannot be read). Tensors in the others
+    are written anew, with a warning."""
+    out = []
+    for f in base.manifest.files:
+        p = data_file_path(store, base.path, f)
+        try:
+            ok = store.size(p) == f.size
+        except (FileNotFoundError, OSError):
+            ok = False
+        if not ok:
+            warnings.warn(f"incremental save: {store.url(p)} of the base checkpoint "
+                          f"{store.url(base.path)} is missing or has the wrong size; the "
+                          "tensors stored there are written again", stacklevel=4)
+        out.append(ok)
+    return out
+
+
+def _matches(tensors: Sequence[PreparedTensor], hashes: Sequence[str], base: Base,
+             usable: list[bool] | None) -> list[int]:
+    """Per tensor: the base block it can reference (-1: write it)."""
+    m = base.manifest
+    b = m.blocks
+    out = []
+    for t, h in zip(tensors, hashes):
+        i = m.index.get(t.key)
+        j = -1 if i is None else int(b.tensor_begin[i])
+        if (i is None or not h or not m.is_plain(i) or m.dtype_names[i] != t.dtype_name
+                or tuple(m.shapes[i]) != tuple(t.array.shape) or b.hashes is None
+                or b.hashes[j] != h or (usable is not None and not usable[int(b.file[j])])):
+            out.append(-1)
+        else:
+            out.append(j)
+    return out
+
+
+def _changed_bytes(tensors: Sequence[PreparedTensor], reuse: Sequence[int]) -> int:
+    return sum(t.array.nbytes for t, j in zip(tensors, reuse) if j < 0)
+
+
+def _assemble(tensors: Sequence[PreparedTensor], reuse: Sequence[int], data: WrittenData,
+              base: Base | None, chunk_size: int) -> tuple[list[FileEntry], dict]:
+    """Files and block columns of the new index: written tensors from ``data`` (in the
+    order of the tensors with ``reuse < 0``), reused ones from the base's blocks."""
+    files = list(data.files)
+    where: dict[tuple[str, str], int] = {}
+    cols: dict[str, list] = {"file": [], "offset": [], "nbytes": [], "crcs": []}
+    k = crc_at = 0
+    for t, j in zip(tensors, reuse):
+        if j < 0:
+            n = int(data.nbytes[k])
+            nchunks = -(-n // chunk_size)
+            cols["file"].append(int(data.file[k]))
+            cols["offset"].append(int(data.offset[k]))
+            cols["nbytes"].append(n)
+            cols["crcs"].append(data.crcs[crc_at:crc_at + nchunks])
+            crc_at += nchunks
+            k += 1
+            continue
+        assert base is not None
+        b = base.manifest.blocks
+        src = base.manifest.files[int(b.file[j])]
+        ref = (src.at or base.name, src.name)
+        if ref not in where:
+            where[ref] = len(files)
+            files.append(FileEntry(src.name, src.size, ref[0]))
+        cols["file"].append(where[ref])
+        cols["offset"].append(int(b.offset[j]))
+        cols["nbytes"].append(int(b.nbytes[j]))
+        cols["crcs"].append(b.crcs[b.crc_begin[j]:b.crc_begin[j + 1]])
+    crcs = np.concatenate(cols.pop("crcs")) if tensors else np.zeros(0, np.uint32)
+    return files, {**{c: np.asarray(v, dtype=np.int64) for c, v in cols.items()}, "crcs": crcs}
+
+
+def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], base: Base | None,
+                     *, tree: Any = None, graph: dict | None = None,
+                     metadata: dict | None = None, options: IOOptions = DEFAULT,
+                     keys_checked: bool = False) -> Manifest:
+    """Saves ``items`` at ``path`` (a sibling of ``base.path``) as one committed
+    checkpoint with fingerprints, referencing the base's unchanged tensors when the
+    mode is selective (module doc)."""
+    metadata = check_metadata(metadata)
+    tensors = prepare_tensors(items, keys_checked)
+    mode = plan_mode(base)
+    _prepare_dir(store, path)
+    attempt = naming.new_attempt_id()
+    attempts.begin(store, path, attempt)
+    try:
+        arrays = [t.array for t in tensors]
+        if mode == "selective":
+            assert base is not None
+            hashes = block_hashes(arrays, options.chunk_size, options.threads)
+            reuse = _matches(tensors, hashes, base, _usable_files(store, base))
+            changed: int | None = _changed_bytes(tensors, reuse)
+            data = write_data(store, path, [t for t, j in zip(tensors, reuse) if j < 0],
+                              attempt=attempt, options=options)
+            since = int(stats(base.manifest)["since_full"]) + 1
+        else:
+            job = HashJob(arrays, options.chunk_size, options.threads)
+            try:
+                data = write_data(store, path, tensors, attempt=attempt, options=options)
+            finally:
+                hashes = job.result()  # (the hashing threads stop reading the arrays first)
+            reuse = [-1] * len(tensors)
+            compared = base is not None and base.manifest.blocks.hashes is not None
+            changed = (_changed_bytes(tensors, _matches(tensors, hashes, base, None))
+                       if compared else None)
+            since = 0
+        files, cols = _assemble(tensors, reuse, data, base, options.chunk_size)
+        inc = {"base": None if base is None or mode == "full" else base.name,
+               "since_full": since, "changed_bytes": changed,
+               "total_bytes": int(sum(a.nbytes for a in arrays))}
+        manifest = build_manifest(
+            chunk_size=options.chunk_size, files=files, keys=[t.key for t in tensors],
+            dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
+            file=cols["file"], offset=cols["offset"], nbytes=cols["nbytes"], crcs=cols["crcs"],
+            tree=tree, metadata=metadata, graph=graph,
+            info={**info(attempt), "incremental": inc}, hashes=hashes)
+        commit_checkpoint(Commit(store, path, manifest, attempt=attempt, new_files=data.files))
+        return manifest
+    finally:
+        attempts.end(store, path, attempt)

@@ -1,0 +1,80 @@
+"""References between the checkpoints of one run directory (incremental saves,
+docs/PROTOCOL.md section 9): which data files the kept checkpoints' indexes name in
+other checkpoints' directories, and retiring a checkpoint without deleting them.
+
+Retention commits first and collects after: a checkpoint leaving the kept set is
+un-committed (its index deleted first), then each of its files is deleted unless
+an index of a kept checkpoint names it. Files still named stay where they are: the
+directory, without an index, is no checkpoint any more, only the holder of data
+that kept checkpoints read ("held data"); each later retention collects what is
+no longer named, and removes the directory once it is empty.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterable, MutableMapping
+
+from ..format import INDEX_NAME, decode_index
+from ..format.index import HEADER_SIZE
+from ..storage import Store
+from .run import check_checkpoint_name, delete_checkpoint
+
+__all__ = ["Held", "references_of", "held_files", "retire"]
+
+#: {directory name: names of its files that kept checkpoints reference}
+Held = dict[str, set[str]]
+
+
+def references_of(store: Store, path: str) -> frozenset[tuple[str, str]]:
+    """(directory, file) of every data file that the committed checkpoint at ``path``
+    references in another directory; empty when it has no index (nothing of its is
+    committed) or an index of format version 1 (no references, header only)."""
+    index = store.join(path, INDEX_NAME)
+    try:
+        head = store.read_ranges(index, [(0, HEADER_SIZE)])[0]
+        if len(head) == HEADER_SIZE and struct.unpack_from("<I", head, 8)[0] < 2:
+            return frozenset()
+        manifest = decode_index(store.read_bytes(index), store.url(index))
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset((f.at, f.name) for f in manifest.files if f.at is not None)
+
+
+def held_files(store: Store, directory: str, kept: Iterable[str],
+               cache: MutableMapping[str, frozenset[tuple[str, str]]] | None = None) -> Held:
+    """The files that the kept checkpoints ``kept`` (names in ``directory``) reference
+    in other directories. An index that cannot be read raises: retention must not
+    guess (``cache``: references already read, by checkpoint name)."""
+    out: Held = {}
+    for name in kept:
+        refs = None if cache is None else cache.get(name)
+        if refs is None:
+            refs = references_of(store, store.join(directory, name))
+            if cache is not None:
+                cache[name] = refs
+        for at, file in refs:
+            out.setdefault(at, set()).add(file)
+    return out
+
+
+def retire(store: Store, directory: str, name: str, held: Held) -> bool:
+    """Un-commits checkpoint ``name`` of ``directory`` (index first) and deletes its
+    files except those in ``held[name]``; True when nothing of it is left, False when
+    its directory stays as held data. Can be called again after an interruption."""
+    check_checkpoint_name(name, "checkpoint")
+    keep = held.get(name)
+    if not keep:
+        delete_checkpoint(store, directory, name)
+        return True
+    path = store.join(directory, name)
+    store.delete([store.join(path, INDEX_NAME)])
+    store.sync_dir(path)
+    for e in store.listdir(path):
+        if e not in keep:
+            p = store.join(path, e)
+            if store.isdir(p):
+                store.rmtree(p)
+            else:
+                store.delete([p])
+    return False
