@@ -1,5 +1,5 @@
 """128-bit fingerprints of stored blocks, chunk by chunk: what an incremental save
-compares to decide that a block is unchanged (docs/FORMAT.md section 10).
+compares to decide that a block is unchanged (docs/FORMAT.md section 12).
 
 The fingerprint of a chunk (the same ``chunk_size`` chunks as the CRC-32C, counted
 from the block's first byte) is the first 16 bytes of its SHA-256. A block's
@@ -50,7 +50,7 @@ def _bytes_of(a: np.ndarray) -> memoryview:
     """The array's bytes in C order (a copy only for a non-contiguous array)."""
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
-    return memoryview(a.reshape(-1).view(np.uint8))
+    return memoryview(a.reshape(-1).view(np.uint8).data)
 
 
 def _hash_piece(views: list[memoryview], work: list[tuple[int, int, int]]) -> list[bytes]:

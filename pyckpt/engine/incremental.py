@@ -1,5 +1,5 @@
 """Incremental saves: write the tensors that changed since a base checkpoint and
-reference the base's data for the rest (docs/FORMAT.md section 10, docs/PROTOCOL.md
+reference the base's data for the rest (docs/FORMAT.md section 12, docs/PROTOCOL.md
 section 9). ``CheckpointManager(..., incremental=True)`` passes its newest kept
 checkpoint as the ``Base`` of each save.
 
@@ -186,9 +186,9 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
             finally:
                 hashes = job.result()  # (the hashing threads stop reading the arrays first)
             reuse = [-1] * len(tensors)
-            compared = base is not None and base.manifest.blocks.hashes is not None
-            changed = (_changed_bytes(tensors, _matches(tensors, hashes, base, None))
-                       if compared else None)
+            changed = None  # nothing to compare with
+            if base is not None and base.manifest.blocks.hashes is not None:
+                changed = _changed_bytes(tensors, _matches(tensors, hashes, base, None))
             since = 0
         files, cols = _assemble(tensors, reuse, data, base, options.chunk_size)
         inc = {"base": None if base is None or mode == "full" else base.name,

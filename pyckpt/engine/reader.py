@@ -22,7 +22,7 @@ __all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint", "data_file
 
 def data_file_path(store: Store, path: str, entry: FileEntry) -> str:
     """Where data file ``entry`` of the checkpoint at ``path`` lies: in its directory,
-    or for a reference (``entry.at``, docs/FORMAT.md section 10) in the sibling
+    or for a reference (``entry.at``, docs/FORMAT.md section 12) in the sibling
     checkpoint directory of that name."""
     if entry.at is None:
         return store.join(path, entry.name)

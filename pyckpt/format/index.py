@@ -4,7 +4,7 @@ Layout (all integers little-endian)::
 
     0   8  magic            b"PYCKPTIX"
     8   4  u32 version      format major version (1; 2 with references to other
-                            checkpoints' files, docs/FORMAT.md section 10)
+                            checkpoints' files, docs/FORMAT.md section 12)
     12  4  u32 flags        0
     16  8  u64 length L     manifest length in bytes
     24  4  u32 body crc     masked CRC32C of the manifest bytes

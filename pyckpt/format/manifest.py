@@ -135,7 +135,7 @@ class Manifest:
             return False
         return b.box is None or b.box[int(b.tensor_begin[i])] is None
 
-    # -- references (incremental saves, docs/FORMAT.md section 10) ---------------------
+    # -- references (incremental saves, docs/FORMAT.md section 12) ---------------------
     @property
     def has_references(self) -> bool:
         """Whether some data file lies in another checkpoint's directory."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, overload
 import numpy as np
 
 #: the newest format version this pyckpt reads and writes; 1 unless the index
-#: references data files of other checkpoints (docs/FORMAT.md section 10)
+#: references data files of other checkpoints (docs/FORMAT.md section 12)
 FORMAT_VERSION = 2
 #: the version of indexes without references (what readers older than references read)
 BASE_VERSION = 1
@@ -94,7 +94,7 @@ class BlockTable:
         self.tensor_begin = tensor_begin
         self.crcs = crcs
         # None, or per block the 128-bit fingerprints of its chunks as one hex string
-        # (docs/FORMAT.md section 10): what an incremental save compares with
+        # (docs/FORMAT.md section 12): what an incremental save compares with
         self.hashes = hashes
         nchunks = -(-nbytes // chunk_size)
         self.crc_begin = np.zeros(len(nbytes) + 1, dtype=np.int64)

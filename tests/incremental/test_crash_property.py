@@ -9,7 +9,6 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

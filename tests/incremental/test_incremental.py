@@ -4,7 +4,6 @@ checkpoint reads whole through every reader, retention and references, tampering
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import warnings
 
