@@ -63,18 +63,20 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     unchanged data of ``base`` (None: a full one that records fingerprints)."""
     store, p = resolve(path, storage_options)
     comm, multi = _mode(items, comm)
-    _check_incremental(incremental, multi, node_local)
+    _check_incremental(incremental, node_local)
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
         if has_device_values([it.array for it in items]):
             _write_from_device(items, store, p, multi, lambda host: write(
                 host, path, storage_options=storage_options, comm=comm, tree=tree,
-                graph=graph, metadata=metadata, node_local=node_local), tree=tree, graph=graph,
+                graph=graph, metadata=metadata, node_local=node_local, base=base,
+                incremental=incremental), tree=tree, graph=graph,
                 metadata=metadata, base=base, incremental=incremental)
         elif multi:
             assert comm is not None
             distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
                              tree=tree, graph=graph, metadata=metadata,
-                             node_local=node_local is not None, replicate=node_local or 0)
+                             node_local=node_local is not None, replicate=node_local or 0,
+                             incremental=incremental, base=base)
         elif incremental:
             save_incremental(store, p, [(it.key, it.array) for it in items], base, tree=tree,
                              graph=graph, metadata=metadata, keys_checked=True)
@@ -83,11 +85,11 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                          metadata=metadata, keys_checked=True)
 
 
-def _check_incremental(incremental: bool, multi: bool, node_local: int | None) -> None:
-    if incremental and (multi or node_local is not None):
+def _check_incremental(incremental: bool, node_local: int | None) -> None:
+    if incremental and node_local is not None:
         raise NotImplementedError(
-            "incremental saves of multi-worker jobs and sharded values are not supported "
-            "yet: save them with incremental=False (docs/API.md section 18)")
+            "incremental saves of node-local tiers are not supported yet: save them with "
+            "incremental=False (docs/API.md section 18)")
 
 
 def _planned(it: Item) -> Any:
@@ -301,7 +303,7 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     shown = str(path.__fspath__()) if hasattr(path, "__fspath__") else str(path)
     store, p = resolve(path, storage_options)
     comm, multi = _mode(items, comm)
-    _check_incremental(incremental, multi, node_local)
+    _check_incremental(incremental, node_local)
     if multi and node_local is not None and not (comm and comm.background_capable):
         handle = PendingSave(shown)
         handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
@@ -319,7 +321,8 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
         if multi:
             assert comm is not None
             work, cleanup = _start_multi(comm, store, p, items, get, tree=tree, graph=graph,
-                                         metadata=metadata, node_local=node_local, keep=keep)
+                                         metadata=metadata, node_local=node_local, keep=keep,
+                                         incremental=incremental, base=base)
         else:
             work, cleanup = stage(store, p, keys, live, get(keys, live), graph=graph,
                                   tree=tree, metadata=metadata, base=base,
@@ -345,7 +348,8 @@ def _mode(items: Sequence[Item], comm: Communicator | None) -> tuple[Communicato
 def _start_multi(comm: Communicator, store: Store, path: str, items: Sequence[Item],
                  get: Callable[[list[str], list[Any]], list[np.ndarray]], *, tree: Any,
                  graph: dict | None, metadata: dict | None, node_local: int | None,
-                 keep: Background | None) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+                 keep: Background | None, incremental: bool = False,
+                 base: Base | None = None) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
     """Collective, in the caller's thread: stages this worker's values and plans the
     save with the others; returns the background part and what removes a failed
     attempt's files (rank 0's job; node-local: every worker's, in its own directory)."""
@@ -360,7 +364,7 @@ def _start_multi(comm: Communicator, store: Store, path: str, items: Sequence[It
 
     if node_local is None:
         bg = background.prepare(comm, store, path, staged, tree=tree, graph=graph,
-                                metadata=metadata)
+                                metadata=metadata, incremental=incremental, base=base)
         attempt = bg.attempt  # (the cleanup keeps the id only, not the staged copies)
         if comm.rank != 0:
             return bg.run, None

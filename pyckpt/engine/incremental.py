@@ -39,7 +39,8 @@ from .reader import data_file_path
 from .writer import PreparedTensor, WrittenData, _prepare_dir, check_metadata, info, \
     prepare_tensors, write_data
 
-__all__ = ["Base", "FULL_ABOVE", "plan_mode", "save_incremental", "stats"]
+__all__ = ["Base", "FULL_ABOVE", "Matcher", "plan_mode", "record", "reference",
+           "save_incremental", "stats", "usable_files"]
 
 #: a base whose save found more than this fraction of its bytes changed makes the
 #: next save a full one (module doc)
@@ -81,7 +82,7 @@ def plan_mode(base: Base | None) -> str:
     return "selective"
 
 
-def _usable_files(store: Store, base: Base) -> list[bool]:
+def usable_files(store: Store, base: Base) -> list[bool]:
     """Per file of the base: whether it is there with its size (a reference to a file
     that is not would commit a checkpoint that cannot be read). Tensors in the others
     are written anew, with a warning."""
@@ -100,22 +101,71 @@ def _usable_files(store: Store, base: Base) -> list[bool]:
     return out
 
 
+class Matcher:
+    """Finds the base block a new block may reference: same key, dtype, global shape
+    and box (None: a tensor stored whole), every chunk fingerprint equal, stored in a
+    file that is there (``usable``, per base file; None: not checked)."""
+
+    def __init__(self, base: Base, usable: list[bool] | None) -> None:
+        self.base, self.usable = base, usable
+        self._boxes: dict[int, dict[Any, int]] = {}
+
+    def _blocks_of(self, i: int) -> dict[Any, int]:
+        got = self._boxes.get(i)
+        if got is None:
+            b = self.base.manifest.blocks
+            got = {}
+            for j in range(int(b.tensor_begin[i]), int(b.tensor_begin[i + 1])):
+                box = None if b.box is None or b.box[j] is None else \
+                    (tuple(b.box[j][0]), tuple(b.box[j][1]))
+                got[box] = j
+            self._boxes[i] = got
+        return got
+
+    def block(self, key: str, dtype_name: str, shape: Sequence[int], box: Any, h: str) -> int:
+        """The base block index, or -1 (write it)."""
+        m = self.base.manifest
+        b = m.blocks
+        i = m.index.get(key)
+        if i is None or not h or b.hashes is None or m.dtype_names[i] != dtype_name \
+                or tuple(m.shapes[i]) != tuple(shape):
+            return -1
+        j = self._blocks_of(i).get(box, -1)
+        if j < 0 or b.hashes[j] != h or (self.usable is not None
+                                          and not self.usable[int(b.file[j])]):
+            return -1
+        return j
+
+
 def _matches(tensors: Sequence[PreparedTensor], hashes: Sequence[str], base: Base,
              usable: list[bool] | None) -> list[int]:
-    """Per tensor: the base block it can reference (-1: write it)."""
-    m = base.manifest
-    b = m.blocks
-    out = []
-    for t, h in zip(tensors, hashes):
-        i = m.index.get(t.key)
-        j = -1 if i is None else int(b.tensor_begin[i])
-        if (i is None or not h or not m.is_plain(i) or m.dtype_names[i] != t.dtype_name
-                or tuple(m.shapes[i]) != tuple(t.array.shape) or b.hashes is None
-                or b.hashes[j] != h or (usable is not None and not usable[int(b.file[j])])):
-            out.append(-1)
-        else:
-            out.append(j)
-    return out
+    """Per tensor (stored whole): the base block it can reference (-1: write it)."""
+    match = Matcher(base, usable)
+    return [match.block(t.key, t.dtype_name, t.array.shape, None, h)
+            for t, h in zip(tensors, hashes)]
+
+
+def record(base: Base | None, mode: str, changed: int | None, total: int) -> dict:
+    """``info.incremental`` of a new checkpoint (docs/FORMAT.md section 12)."""
+    since = 0 if mode == "full" or base is None else int(stats(base.manifest)["since_full"]) + 1
+    return {"base": None if base is None or mode == "full" else base.name, "since_full": since,
+            "changed_bytes": changed, "total_bytes": int(total)}
+
+
+def reference(base: Base, j: int, files: list[FileEntry],
+              where: dict[tuple[str, str], int]) -> tuple[int, int, int, np.ndarray]:
+    """(file index, offset, nbytes, chunk CRCs) of a new index's block that references
+    base block ``j``; appends the referenced file to ``files`` on first use (``where``:
+    (directory, name) -> index). A file the base itself references keeps its directory:
+    references never chain."""
+    b = base.manifest.blocks
+    src = base.manifest.files[int(b.file[j])]
+    ref = (src.at or base.name, src.name)
+    if ref not in where:
+        where[ref] = len(files)
+        files.append(FileEntry(src.name, src.size, ref[0]))
+    return (where[ref], int(b.offset[j]), int(b.nbytes[j]),
+            b.crcs[b.crc_begin[j]:b.crc_begin[j + 1]])
 
 
 def _changed_bytes(tensors: Sequence[PreparedTensor], reuse: Sequence[int]) -> int:
@@ -142,16 +192,11 @@ def _assemble(tensors: Sequence[PreparedTensor], reuse: Sequence[int], data: Wri
             k += 1
             continue
         assert base is not None
-        b = base.manifest.blocks
-        src = base.manifest.files[int(b.file[j])]
-        ref = (src.at or base.name, src.name)
-        if ref not in where:
-            where[ref] = len(files)
-            files.append(FileEntry(src.name, src.size, ref[0]))
-        cols["file"].append(where[ref])
-        cols["offset"].append(int(b.offset[j]))
-        cols["nbytes"].append(int(b.nbytes[j]))
-        cols["crcs"].append(b.crcs[b.crc_begin[j]:b.crc_begin[j + 1]])
+        f, off, n, crc = reference(base, j, files, where)
+        cols["file"].append(f)
+        cols["offset"].append(off)
+        cols["nbytes"].append(n)
+        cols["crcs"].append(crc)
     crcs = np.concatenate(cols.pop("crcs")) if tensors else np.zeros(0, np.uint32)
     return files, {**{c: np.asarray(v, dtype=np.int64) for c, v in cols.items()}, "crcs": crcs}
 
@@ -174,11 +219,10 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
         if mode == "selective":
             assert base is not None
             hashes = block_hashes(arrays, options.chunk_size, options.threads)
-            reuse = _matches(tensors, hashes, base, _usable_files(store, base))
+            reuse = _matches(tensors, hashes, base, usable_files(store, base))
             changed: int | None = _changed_bytes(tensors, reuse)
             data = write_data(store, path, [t for t, j in zip(tensors, reuse) if j < 0],
                               attempt=attempt, options=options)
-            since = int(stats(base.manifest)["since_full"]) + 1
         else:
             job = HashJob(arrays, options.chunk_size, options.threads)
             try:
@@ -189,11 +233,8 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
             changed = None  # nothing to compare with
             if base is not None and base.manifest.blocks.hashes is not None:
                 changed = _changed_bytes(tensors, _matches(tensors, hashes, base, None))
-            since = 0
         files, cols = _assemble(tensors, reuse, data, base, options.chunk_size)
-        inc = {"base": None if base is None or mode == "full" else base.name,
-               "since_full": since, "changed_bytes": changed,
-               "total_bytes": int(sum(a.nbytes for a in arrays))}
+        inc = record(base, mode, changed, sum(a.nbytes for a in arrays))
         manifest = build_manifest(
             chunk_size=options.chunk_size, files=files, keys=[t.key for t in tensors],
             dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],

@@ -17,13 +17,8 @@ from .node_tiers import NodeTiers
 from .tiers import Tiers
 
 
-def _check_incremental(comm: Communicator | None, local_dir: Any) -> None:
-    """Incremental saves exist for one-worker runs without a local tier (so far)."""
-    c = resolve_comm(comm)
-    if c is not None and c.world_size > 1:
-        raise NotImplementedError(
-            "incremental=True is not supported for multi-worker jobs yet "
-            f"({c.world_size} workers): use incremental=False (docs/API.md section 18)")
+def _check_incremental(local_dir: Any) -> None:
+    """Incremental saves exist for runs without a local tier (so far)."""
     if local_dir is not None:
         raise NotImplementedError(
             "incremental=True cannot be combined with local_dir yet: use one or the other "
@@ -98,7 +93,7 @@ class CheckpointManager:
             raise ValueError(f"full_save_every must be None or an integer >= 1, not "
                              f"{full_save_every!r}")
         if incremental:
-            _check_incremental(comm, local_dir)
+            _check_incremental(local_dir)
         self._checkpoint = checkpoint
         self._init_fn = init_fn
         durable: dict[str, Any] = dict(keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,

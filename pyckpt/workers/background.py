@@ -97,14 +97,16 @@ def planned(objs: Sequence[Any], staged: Sequence[np.ndarray]) -> list[Any]:
 def prepare(comm: Communicator, store: Store, path: str,
             stage: Callable[[], Sequence[tuple[str, Any]]], *, tree: Any = None,
             graph: dict | None = None, metadata: dict | None = None,
-            options: IOOptions | None = None, timeout: float | None = None) -> "BackgroundSave":
+            options: IOOptions | None = None, timeout: float | None = None,
+            incremental: bool = False, base: Any = None) -> "BackgroundSave":
     """Steps 1-3 (module doc; ``save.plan_save``), on every worker of ``comm`` at the
     same point: ``stage()`` copies this worker's values aside and returns its (key,
     value) items; its error, like any local planning error, refuses the save on every
     worker (ValueError). Returns the work of steps 4-7. ``timeout`` (default: the
-    communicator's) bounds the background waits."""
+    communicator's) bounds the background waits. ``incremental``/``base``: an
+    incremental save, decided here (``save.plan_save``)."""
     options = options or DEFAULT
-    p = plan_save(comm, store, path, stage, metadata, options)
+    p = plan_save(comm, store, path, stage, metadata, options, incremental, base)
     expected = None
     if comm.rank == 0:
         assert p.plans is not None
@@ -112,7 +114,7 @@ def prepare(comm: Communicator, store: Store, path: str,
     return BackgroundSave(store, path, p.gp, comm.rank, comm.world_size, p.mine,
                           comm.timeout if timeout is None else float(timeout), options,
                           tplans=p.tplans, expected=expected, tree=tree, graph=graph,
-                          metadata=p.metadata)
+                          metadata=p.metadata, reuse=p.reuse)
 
 
 class BackgroundSave:
@@ -123,13 +125,14 @@ class BackgroundSave:
     def __init__(self, store: Store, path: str, gp: GlobalPlan, rank: int, world: int,
                  mine: list[PreparedTensor], timeout: float, options: IOOptions, *,
                  tplans: list[TensorPlan], expected: list[np.ndarray] | None, tree: Any,
-                 graph: dict | None, metadata: dict | None) -> None:
+                 graph: dict | None, metadata: dict | None, reuse: Any = None) -> None:
         self.store, self.path, self.rank, self.world = store, path, rank, world
         self.attempt = gp.attempt
         self.timeout = timeout
         self._gp, self._mine, self._options = gp, mine, options
         self._tplans, self._expected = tplans, expected
         self._tree, self._graph, self._metadata = tree, graph, metadata
+        self._reuse = reuse  # rank 0 of an incremental save: what it references
         self.url = store.url(path)
 
     def _join(self, name: str) -> str:
@@ -166,7 +169,7 @@ class BackgroundSave:
             results = self._collect(own_result)
             manifest = _assemble(self._tplans, self._gp, results, self._options.chunk_size,
                                  self._tree, self._graph, self._metadata, self.attempt,
-                                 self.world)
+                                 self.world, self._reuse)
             try:  # an index that landed though its answer was lost counts as committed
                 writer.commit(writer.Commit(self.store, self.path, manifest,
                                             attempt=self.attempt))

@@ -34,6 +34,7 @@ from .._native import core as _core
 from ..engine import attempts, naming
 from ..engine.options import DEFAULT
 from ..engine import writer
+from ..engine.incremental import Base, record, reference
 from ..engine.writer import PreparedTensor, check_metadata, info
 from ..format.manifest import FileEntry, build_manifest
 from ..sharded import ShardedArray
@@ -43,6 +44,7 @@ from ..tree import validate_keys
 from ..variables import Variable
 from .comm import Communicator
 from .node_local import DistributedSaveError, node_local_commit
+from .incremental import Reuse, decide
 from .planner import plan_global
 from .plans import GlobalPlan, LocalPlan, TensorPlan, WriteResult
 
@@ -128,7 +130,9 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]], world: int = 1,
 
 def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResult],
               chunk: int, tree: Any, graph: dict | None, metadata: dict | None, attempt: str,
-              world: int) -> Any:
+              world: int, reuse: Reuse | None = None) -> Any:
+    """Step 6: the manifest of the blocks the workers wrote (``results``), and of an
+    incremental save's referenced blocks (``reuse``: workers/incremental.py)."""
     files: list[FileEntry] = []
     base = []
     for wr in results:
@@ -143,6 +147,9 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
     keys, dts, shapes, nblocks = [], [], [], []
     col_file, col_off, col_nb, crc_parts = [], [], [], []
     boxes: list = []
+    hashes: list[str] = []
+    refs: list[FileEntry] = []
+    where: dict[tuple[str, str], int] = {}
     any_box = False
     for t in tplans:
         keys.append(t.key)
@@ -151,6 +158,23 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
         nblocks.append(len(t.rank))
         for b in range(len(t.rank)):
             r, item = int(t.rank[b]), int(t.item[b])
+            if reuse is not None:
+                hashes.append(reuse.hashes[(r, item)])
+            if t.box_offsets is None:
+                boxes.append(None)
+            else:
+                assert t.box_shapes is not None  # box_offsets and box_shapes are None together
+                any_box = True
+                boxes.append([t.box_offsets[b].tolist(), t.box_shapes[b].tolist()])
+            j = -1 if reuse is None else reuse.blocks.get((r, item), -1)
+            if j >= 0:  # referenced in the base (files after every worker's own)
+                assert reuse is not None and reuse.base is not None
+                f, off, n, crc = reference(reuse.base, j, refs, where)
+                col_file.append(-1 - f)
+                col_off.append(off)
+                col_nb.append(n)
+                crc_parts.append(crc)
+                continue
             res = results[r]
             # a worker that wrote items (and did not fail) reports all its columns
             assert res.nbytes is not None and res.file is not None
@@ -161,14 +185,12 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
             col_off.append(int(res.offset[p]))
             col_nb.append(n)
             crc_parts.append(res.crcs[crc_starts[r][p]:crc_starts[r][p + 1]])
-            if t.box_offsets is None:
-                boxes.append(None)
-            else:
-                assert t.box_shapes is not None  # box_offsets and box_shapes are None together
-                any_box = True
-                boxes.append([t.box_offsets[b].tolist(), t.box_shapes[b].tolist()])
     crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
+    col_file = [f if f >= 0 else len(files) - 1 - f for f in col_file]
+    files.extend(refs)
     info_doc = info(attempt, world)
+    if reuse is not None:
+        info_doc["incremental"] = record(reuse.base, reuse.mode, reuse.changed, reuse.total)
     rows = [t.key for t in tplans if t.per_worker]
     if rows:
         info_doc[INFO_KEY] = rows  # docs/FORMAT.md section 7
@@ -178,18 +200,21 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
                           nblocks=np.asarray(nblocks, np.int64),
                           box=[None if b is None else (tuple(b[0]), tuple(b[1])) for b in boxes]
                           if any_box else None,
-                          tree=tree, graph=graph, metadata=metadata, info=info_doc)
+                          tree=tree, graph=graph, metadata=metadata, info=info_doc,
+                          hashes=hashes if reuse is not None else None)
 
 
 @dataclasses.dataclass
 class Planned:
     """Steps 1-3 on one worker: the decision (``gp``), what this worker writes, and on
-    rank 0 the tensors' plans and every worker's local plan."""
+    rank 0 the tensors' plans, every worker's local plan and, for an incremental save,
+    its ``Reuse``."""
     gp: GlobalPlan
     mine: list[PreparedTensor]
     tplans: list[TensorPlan]
     plans: list[LocalPlan] | None
     metadata: dict | None
+    reuse: Reuse | None = None
 
 
 def refused_plan(rank: int, error: str) -> LocalPlan:
@@ -200,11 +225,13 @@ def refused_plan(rank: int, error: str) -> LocalPlan:
 
 def plan_save(comm: Communicator, store: Store, path: str,
               items: Callable[[], Sequence[tuple[str, Any]]], metadata: dict | None,
-              options: Any) -> Planned:
+              options: Any, incremental: bool = False, base: Base | None = None) -> Planned:
     """Steps 1-3, on every worker of ``comm`` at the same point. ``items()`` returns this
     worker's (key, value) pairs (an async save copies its values aside in it); its error,
     like any local planning error, refuses the save on every worker: ValueError, nothing
-    written. Rank 0 marks the attempt in ``store``/``path`` (ended by its step 6)."""
+    written. Rank 0 marks the attempt in ``store``/``path`` (ended by its step 6).
+    ``incremental``: steps 3b-3c decide what is referenced in ``base`` (rank 0's;
+    workers/incremental.py)."""
     rank, world = comm.rank, comm.world_size
     try:
         metadata = check_metadata(metadata)
@@ -227,7 +254,10 @@ def plan_save(comm: Communicator, store: Store, path: str,
     assert gp is not None
     if gp.error:
         raise ValueError(f"distributed save of {store.url(path)} refused: {gp.error}")
-    return Planned(gp, [prepared[i] for i in gp.writes[rank]], tplans, plans, metadata)
+    reuse = None
+    if incremental:
+        gp, reuse = decide(comm, store, path, gp, prepared, tplans, base, options)
+    return Planned(gp, [prepared[i] for i in gp.writes[rank]], tplans, plans, metadata, reuse)
 
 
 def write_part(store: Store, path: str, mine: Sequence[PreparedTensor], attempt: str,
@@ -289,7 +319,8 @@ class NodeLocalSave:
 def distributed_save(comm: Communicator, store: Store, path: str, items: Sequence[tuple[str, Any]],
                      *, tree: Any = None, graph: dict | None = None,
                      metadata: dict | None = None, options: Any = None,
-                     node_local: bool = False, replicate: int = 0) -> None:
+                     node_local: bool = False, replicate: int = 0, incremental: bool = False,
+                     base: Base | None = None) -> None:
     """Saves this worker's ``items`` (``(key, array, ShardedArray or PerWorker)`` pairs) into the
     one checkpoint at ``path``; every worker of ``comm`` calls it (steps in the module
     doc). Rank 0's ``tree``, ``graph`` and ``metadata`` go into the manifest;
@@ -303,11 +334,15 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     ``node_local``: ``store``/``path`` are this worker's own (a node-local tier): every
     worker commits the same index in its own directory, after keeping a replica of
     the files of the ``replicate`` workers before it (node_local.py, docs/PROTOCOL.md
-    section 7)."""
+    section 7).
+
+    ``incremental``: an incremental save (docs/PROTOCOL.md section 9b) referencing
+    the unchanged blocks of ``base`` (rank 0's; None: a full one with fingerprints)."""
     options = options or DEFAULT
     rank = comm.rank
     url = store.url(path)
-    p = plan_save(comm, store, path, lambda: items, metadata, options)      # steps 1-3
+    p = plan_save(comm, store, path, lambda: items, metadata, options,     # steps 1-3
+                  incremental, base)
     result, _ = write_part(store, path, p.mine, p.gp.attempt, rank, options)  # step 4
     if node_local:
         commit_node_local(comm, store, path, p, result, tree=tree, graph=graph,
@@ -327,7 +362,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
         else:
             try:
                 manifest = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
-                                     p.metadata, p.gp.attempt, comm.world_size)
+                                     p.metadata, p.gp.attempt, comm.world_size, p.reuse)
                 writer.commit(writer.Commit(store, path, manifest, attempt=p.gp.attempt))
             except BaseException as e:
                 outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
