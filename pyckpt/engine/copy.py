@@ -17,14 +17,15 @@ import numpy as np
 
 from ..format import Manifest
 from ..errors import CheckpointError, CorruptCheckpointError
-from ..format.manifest import FileEntry
+from ..format.manifest import FileEntry, build_manifest
 from ..storage import resolve
 from ..storage.streamed import write_stream
 from . import naming
 from .read_executor import read_window
 from .reader import OpenCheckpoint, open_checkpoint
-from . import writer
+from . import attempts, writer
 from .commit import abandon, read_previous
+from .incremental import Base, Matcher, assemble, plan_mode, record, usable_files
 
 WINDOW = 64 << 20
 
@@ -143,16 +144,34 @@ def read_data_files(store: Any, path: str, manifest: Manifest,
     return out
 
 
+def _fingerprinted_info(m: Manifest, attempt: str, url: str) -> dict:
+    """The copy's ``info``: the source's, with a new attempt and where it came from; a
+    source with fingerprints makes a full checkpoint that incremental saves (and
+    persists) can use as their base."""
+    out = {**{k: v for k, v in m.info.items() if k != "incremental"},
+           "attempt": attempt, "copied_from": url}
+    if m.blocks.hashes is not None:
+        out["incremental"] = record(None, "full", None, int(m.blocks.nbytes.sum()))
+    return out
+
+
 def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     dst_options: dict | None = None,
-                    progress: Callable[[int, int], Any] | None = None) -> str:
+                    progress: Callable[[int, int], Any] | None = None,
+                    base: Base | None = None) -> str:
     """Copies the committed checkpoint ``src`` to ``dst`` (any stores), verifying
-    every chunk; commits the copy last; returns its URL. The copy is self-contained:
-    the files an incremental checkpoint references are copied into it too."""
+    every chunk; commits the copy last; returns its URL. The copy is self-contained
+    (the files an incremental checkpoint references are copied into it too), unless
+    ``base`` (a checkpoint beside ``dst``: a tier persist of an incremental run) is
+    given: then the tensors whose fingerprints equal the base's are referenced there
+    and only the others are copied (``copy_referencing``)."""
     ck = open_checkpoint(src, src_options)
     m = ck.manifest
     store, path = resolve(dst, dst_options)
     store.makedirs(path)
+    if base is not None and plan_mode(base) == "selective" and m.blocks.hashes is not None \
+            and m.all_plain:
+        return copy_referencing(ck, store, path, base, progress)
     attempt = naming.new_attempt_id()
     total = sum(f.size for f in m.files)
     done = 0
@@ -175,8 +194,46 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
                       dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
                       tree=m.tree, metadata=m.metadata, graph=m.graph,
-                      info={**{k: v for k, v in m.info.items() if k != "incremental"},
-                            "attempt": attempt, "copied_from": ck.url})
+                      info=_fingerprinted_info(m, attempt, ck.url))
     writer.commit(writer.Commit(store, path, copied, attempt=attempt, new_files=new_files,
                                 sweep=False))
+    return store.url(path)
+
+
+def copy_referencing(ck: OpenCheckpoint, store: Any, path: str, base: Base,
+                     progress: Callable[[int, int], Any] | None = None) -> str:
+    """Copies the open checkpoint ``ck`` (tensors stored whole, with fingerprints) to
+    ``store``/``path`` as an incremental checkpoint of ``base``: tensors whose key,
+    dtype, shape and chunk fingerprints equal a base block's are referenced there,
+    the others are read (every chunk verified) and written. Memory: the changed
+    tensors, read whole."""
+    m = ck.manifest
+    b = m.blocks
+    assert b.hashes is not None
+    match = Matcher(base, usable_files(store, base))
+    reuse = [match.block(m.keys[i], m.dtype_names[i], m.shapes[i], None,
+                         b.hashes[int(b.tensor_begin[i])]) for i in range(len(m.keys))]
+    changed = [i for i, j in enumerate(reuse) if j < 0]
+    arrays = ck.read_new_plain(changed)
+    tensors = [writer.PreparedTensor(m.keys[i], a, m.dtype_names[i])
+               for i, a in zip(changed, arrays)]
+    attempt = naming.new_attempt_id()
+    attempts.begin(store, path, attempt)
+    try:
+        data = writer.write_data(store, path, tensors, attempt=attempt)
+        total = int(b.nbytes.sum())
+        if progress is not None:
+            progress(total, total)
+        files, cols = assemble(reuse, data, base, m.chunk_size)
+        inc = record(base, "selective", sum(a.nbytes for a in arrays), total)
+        copied = build_manifest(
+            chunk_size=m.chunk_size, files=files, keys=m.keys, dtype_names=list(m.dtype_names),
+            shapes=list(m.shapes), file=cols["file"], offset=cols["offset"],
+            nbytes=cols["nbytes"], crcs=cols["crcs"], tree=m.tree, metadata=m.metadata,
+            graph=m.graph, hashes=b.hashes,
+            info={**_fingerprinted_info(m, attempt, ck.url), "incremental": inc})
+        writer.commit(writer.Commit(store, path, copied, attempt=attempt,
+                                    new_files=data.files, sweep=False))
+    finally:
+        attempts.end(store, path, attempt)
     return store.url(path)

@@ -39,7 +39,7 @@ from .reader import data_file_path
 from .writer import PreparedTensor, WrittenData, _prepare_dir, check_metadata, info, \
     prepare_tensors, write_data
 
-__all__ = ["Base", "FULL_ABOVE", "Matcher", "plan_mode", "record", "reference",
+__all__ = ["Base", "FULL_ABOVE", "Matcher", "assemble", "plan_mode", "record", "reference",
            "save_incremental", "stats", "usable_files"]
 
 #: a base whose save found more than this fraction of its bytes changed makes the
@@ -172,15 +172,16 @@ def _changed_bytes(tensors: Sequence[PreparedTensor], reuse: Sequence[int]) -> i
     return sum(t.array.nbytes for t, j in zip(tensors, reuse) if j < 0)
 
 
-def _assemble(tensors: Sequence[PreparedTensor], reuse: Sequence[int], data: WrittenData,
-              base: Base | None, chunk_size: int) -> tuple[list[FileEntry], dict]:
-    """Files and block columns of the new index: written tensors from ``data`` (in the
-    order of the tensors with ``reuse < 0``), reused ones from the base's blocks."""
+def assemble(reuse: Sequence[int], data: WrittenData, base: Base | None,
+             chunk_size: int) -> tuple[list[FileEntry], dict]:
+    """Files and block columns of a new index of whole tensors (``reuse``: per tensor,
+    the base block it references, or -1): written tensors from ``data`` (in the order
+    of the tensors with ``reuse < 0``), reused ones from the base's blocks."""
     files = list(data.files)
     where: dict[tuple[str, str], int] = {}
     cols: dict[str, list] = {"file": [], "offset": [], "nbytes": [], "crcs": []}
     k = crc_at = 0
-    for t, j in zip(tensors, reuse):
+    for j in reuse:
         if j < 0:
             n = int(data.nbytes[k])
             nchunks = -(-n // chunk_size)
@@ -197,7 +198,7 @@ def _assemble(tensors: Sequence[PreparedTensor], reuse: Sequence[int], data: Wri
         cols["offset"].append(off)
         cols["nbytes"].append(n)
         cols["crcs"].append(crc)
-    crcs = np.concatenate(cols.pop("crcs")) if tensors else np.zeros(0, np.uint32)
+    crcs = np.concatenate(cols.pop("crcs")) if len(reuse) else np.zeros(0, np.uint32)
     return files, {**{c: np.asarray(v, dtype=np.int64) for c, v in cols.items()}, "crcs": crcs}
 
 
@@ -233,7 +234,7 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
             changed = None  # nothing to compare with
             if base is not None and base.manifest.blocks.hashes is not None:
                 changed = _changed_bytes(tensors, _matches(tensors, hashes, base, None))
-        files, cols = _assemble(tensors, reuse, data, base, options.chunk_size)
+        files, cols = assemble(reuse, data, base, options.chunk_size)
         inc = record(base, mode, changed, sum(a.nbytes for a in arrays))
         manifest = build_manifest(
             chunk_size=options.chunk_size, files=files, keys=[t.key for t in tensors],

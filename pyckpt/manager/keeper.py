@@ -159,7 +159,7 @@ class RunKeeper(Records):
             inc = self.incremental
             if lead:
                 self.check_not_held(name)
-            base = self._base(name) if inc else None
+            base = self.base_for(name) if inc else None
             items, graph = (None, None) if blocking and not inc else graph_items(self.checkpoint)
             sync = blocking or items is None or not self._async_fits(items)
             if not sync and multi and self.node_local is not None:
@@ -224,7 +224,7 @@ class RunKeeper(Records):
 
         return after
 
-    def _base(self, name: str) -> Base | None:
+    def base_for(self, name: str) -> Base | None:
         """What an incremental save of ``name`` compares with: the checkpoint saved last,
         if it is a committed pyckpt checkpoint other than ``name`` (None: a full save)."""
         latest = self.latest_name

@@ -17,12 +17,13 @@ from .node_tiers import NodeTiers
 from .tiers import Tiers
 
 
-def _check_incremental(local_dir: Any) -> None:
-    """Incremental saves exist for runs without a local tier (so far)."""
-    if local_dir is not None:
+def _check_incremental(comm: Communicator | None, local_dir: Any) -> None:
+    """Incremental saves exist for every mode but node-local tiers (so far)."""
+    c = resolve_comm(comm)
+    if local_dir is not None and c is not None and c.world_size > 1:
         raise NotImplementedError(
-            "incremental=True cannot be combined with local_dir yet: use one or the other "
-            "(docs/API.md section 18)")
+            "incremental=True is not supported yet with local_dir in a multi-worker job "
+            "(node-local tiers): use one or the other (docs/API.md section 18)")
 
 
 class CheckpointManager:
@@ -93,7 +94,7 @@ class CheckpointManager:
             raise ValueError(f"full_save_every must be None or an integer >= 1, not "
                              f"{full_save_every!r}")
         if incremental:
-            _check_incremental(local_dir)
+            _check_incremental(comm, local_dir)
         self._checkpoint = checkpoint
         self._init_fn = init_fn
         durable: dict[str, Any] = dict(keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
@@ -124,9 +125,11 @@ class CheckpointManager:
                           checkpoint_name=checkpoint_name, step_counter=step_counter,
                           checkpoint_interval=checkpoint_interval,
                           max_async_bytes=max_async_bytes, lease_seconds=lease_seconds,
-                          clock=clock, comm=comm, node_local=replicate if several else None)
+                          clock=clock, comm=comm, node_local=replicate if several else None,
+                          incremental=incremental, full_save_every=full_save_every)
         # the durable tier only receives copies: no staging buffers
-        kept = RunKeeper(checkpoint, directory, max_to_keep, max_async_bytes=0, **durable)
+        kept = RunKeeper(checkpoint, directory, max_to_keep, max_async_bytes=0,
+                         incremental=incremental, full_save_every=full_save_every, **durable)
         self._tiers = (NodeTiers(local, kept, persist_every, persist_interval_seconds, c)
                        if several and c is not None
                        else Tiers(local, kept, persist_every, persist_interval_seconds))

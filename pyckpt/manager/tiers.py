@@ -151,9 +151,13 @@ class Tiers:
         entry = self.local.entry(name)
         if entry is None:  # the local save failed: the local keeper reports it
             return
-        self.durable.adopt(name, entry.step, entry.metrics, lambda path: copy_checkpoint(
-            self.local.url(name), self.durable.store.url(path),
-            dst_options=self.durable.storage_options, progress=self.yield_to_saves))
+        d = self.durable
+        d.check_not_held(name)
+        # incremental runs: the durable tier references what its newest checkpoint holds
+        base = d.base_for(name) if d.incremental else None
+        d.adopt(name, entry.step, entry.metrics, lambda path: copy_checkpoint(
+            self.local.url(name), d.store.url(path), dst_options=d.storage_options,
+            progress=self.yield_to_saves, base=base))
 
     def flush(self) -> None:
         """Waits for the persist in flight; then persists the newest local checkpoint

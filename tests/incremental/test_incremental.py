@@ -92,7 +92,8 @@ def test_cli_verify_inspect_and_self_contained_cp(tmp_path, capsys):
     copy = tmp_path / "copy"
     assert main(["cp", latest, str(copy)]) == 0
     man = _index(copy)
-    assert not man.has_references and man.version == 1 and "incremental" not in man.info
+    assert not man.has_references and man.version == 1
+    assert man.info["incremental"]["base"] is None  # a full checkpoint, a base for the next
     # the copy stands alone: the run directory can go
     import shutil
     shutil.rmtree(tmp_path / "run")
@@ -270,12 +271,45 @@ def test_saving_over_held_data_is_refused(tmp_path):
     same(restored(m.latest_checkpoint), values(ck))
 
 
+def test_tiered_manager_persists_incrementally(tmp_path):
+    """The local tier saves incrementally; each persist copies the tensors the durable
+    tier's newest checkpoint does not hold and references the rest there."""
+    ck = model()
+    m = pyckpt.CheckpointManager(ck, tmp_path / "durable", max_to_keep=2, incremental=True,
+                                 local_dir=tmp_path / "local", local_max_to_keep=2,
+                                 persist_every=1)
+    saved = {}
+    for s in range(1, 6):
+        train_step(ck, s)
+        saved[pathlib.Path(m.save()).name] = values(ck)
+        m.wait_until_finished()  # the persist too
+    m.close()
+    durable = tmp_path / "durable"
+    kept = [pathlib.Path(p).name for p in m._tiers.durable.checkpoints]
+    assert kept == ["ckpt-4", "ckpt-5"]
+    for name in kept:
+        man = _index(durable / name)
+        own, referenced = man.own_and_referenced_bytes()
+        assert referenced >= np.prod(FROZEN_SHAPE) * 4 and own < 16_000, (name, own)
+        assert data_bytes(durable / name) < 16_000
+        assert {f.at for f in man.files if f.at} <= {"ckpt-1", "ckpt-3"}
+    import shutil
+    shutil.rmtree(tmp_path / "local")  # the durable tier stands alone
+    for name in kept:
+        same(restored(str(durable / name)), saved[name])
+        pyckpt.load_checkpoint(str(durable / name)).verify()
+
+
 def test_unsupported_modes_raise(tmp_path):
-    with pytest.raises(NotImplementedError, match="local_dir"):
-        pyckpt.CheckpointManager(model(), tmp_path / "a", incremental=True,
-                                 local_dir=tmp_path / "b")
     with pytest.raises(ValueError, match="full_save_every"):
         pyckpt.CheckpointManager(model(), tmp_path / "a", incremental=True, full_save_every=0)
+    from pyckpt.testing.thread_comm import ThreadGroup
+
+    def two(comm):
+        with pytest.raises(NotImplementedError, match="local_dir"):
+            pyckpt.CheckpointManager(model(), tmp_path / "a", incremental=True, comm=comm,
+                                     local_dir=tmp_path / f"b{comm.rank}")
+    assert ThreadGroup(2).run(two) == [None, None]
 
 
 def test_hash_matches_sha256_of_each_chunk():
