@@ -17,6 +17,20 @@ from .node_tiers import NodeTiers
 from .tiers import Tiers
 
 
+def _check_options(checkpoint: Any, max_to_keep: int | None, checkpoint_interval: int | None,
+                   step_counter: Any, full_save_every: int | None) -> None:
+    if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
+        raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
+    if max_to_keep is not None and max_to_keep < 1:
+        raise ValueError("max_to_keep must be None or at least 1")
+    if checkpoint_interval is not None and step_counter is None:
+        raise ValueError("checkpoint_interval needs a step_counter")
+    if full_save_every is not None and (type(full_save_every) is not int
+                                        or full_save_every < 1):
+        raise ValueError(f"full_save_every must be None or an integer >= 1, not "
+                         f"{full_save_every!r}")
+
+
 def _check_incremental(comm: Communicator | None, local_dir: Any) -> None:
     """Incremental saves exist for every mode but node-local tiers (so far)."""
     c = resolve_comm(comm)
@@ -83,16 +97,8 @@ class CheckpointManager:
                  local_max_to_keep: int | None = 2, persist_every: int | None = None,
                  persist_interval_seconds: float | None = None, replicate: int = 0,
                  incremental: bool = False, full_save_every: int | None = 10) -> None:
-        if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
-            raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
-        if max_to_keep is not None and max_to_keep < 1:
-            raise ValueError("max_to_keep must be None or at least 1")
-        if checkpoint_interval is not None and step_counter is None:
-            raise ValueError("checkpoint_interval needs a step_counter")
-        if full_save_every is not None and (type(full_save_every) is not int
-                                            or full_save_every < 1):
-            raise ValueError(f"full_save_every must be None or an integer >= 1, not "
-                             f"{full_save_every!r}")
+        _check_options(checkpoint, max_to_keep, checkpoint_interval, step_counter,
+                       full_save_every)
         if incremental:
             _check_incremental(comm, local_dir)
         self._checkpoint = checkpoint

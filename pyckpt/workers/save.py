@@ -128,80 +128,79 @@ def local_plan(rank: int, items: Sequence[tuple[str, Any]], world: int = 1,
     return plan, prepared
 
 
+class _Written:
+    """The blocks the workers wrote (their ``WriteResult`` s), looked up by (rank,
+    item): where each lies in the files of all workers, one after the other."""
+
+    def __init__(self, gp: GlobalPlan, results: list[WriteResult], chunk: int) -> None:
+        self.gp, self.results = gp, results
+        self.files: list[FileEntry] = []
+        self.first: list[int] = []  # per rank: its first file's position in files
+        self.crc_starts = []
+        for wr in results:
+            self.first.append(len(self.files))
+            self.files.extend(wr.files)
+            counts = -(-wr.nbytes // chunk) if wr.nbytes is not None else np.zeros(0, np.int64)
+            starts = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=starts[1:])
+            self.crc_starts.append(starts)
+
+    def block(self, r: int, item: int) -> tuple[int, int, int, np.ndarray]:
+        """(file, offset, nbytes, chunk CRCs) of item ``item`` of rank ``r``."""
+        res = self.results[r]
+        # a worker that wrote items (and did not fail) reports all its columns
+        assert res.nbytes is not None and res.file is not None
+        assert res.offset is not None and res.crcs is not None
+        p = int(np.searchsorted(self.gp.writes[r], item))
+        n = int(res.nbytes[p])
+        return (int(res.file[p]) + self.first[r] if n else 0, int(res.offset[p]), n,
+                res.crcs[self.crc_starts[r][p]:self.crc_starts[r][p + 1]])
+
+
 def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResult],
               chunk: int, tree: Any, graph: dict | None, metadata: dict | None, attempt: str,
               world: int, reuse: Reuse | None = None) -> Any:
     """Step 6: the manifest of the blocks the workers wrote (``results``), and of an
-    incremental save's referenced blocks (``reuse``: workers/incremental.py)."""
-    files: list[FileEntry] = []
-    base = []
-    for wr in results:
-        base.append(len(files))
-        files.extend(wr.files)
-    crc_starts = []
-    for wr in results:
-        counts = -(-wr.nbytes // chunk) if wr.nbytes is not None else np.zeros(0, np.int64)
-        starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
-        crc_starts.append(starts)
-    keys, dts, shapes, nblocks = [], [], [], []
-    col_file, col_off, col_nb, crc_parts = [], [], [], []
+    incremental save's referenced blocks (``reuse``: workers/incremental.py; their
+    files come after every worker's own)."""
+    written = _Written(gp, results, chunk)
+    files = written.files
+    cols: list[tuple[int, int, int, np.ndarray]] = []
     boxes: list = []
     hashes: list[str] = []
-    refs: list[FileEntry] = []
     where: dict[tuple[str, str], int] = {}
-    any_box = False
     for t in tplans:
-        keys.append(t.key)
-        dts.append(t.dtype)
-        shapes.append(t.shape)
-        nblocks.append(len(t.rank))
         for b in range(len(t.rank)):
             r, item = int(t.rank[b]), int(t.item[b])
-            if reuse is not None:
-                hashes.append(reuse.hashes[(r, item)])
-            if t.box_offsets is None:
+            if t.box_offsets is None or t.box_shapes is None:
                 boxes.append(None)
             else:
-                assert t.box_shapes is not None  # box_offsets and box_shapes are None together
-                any_box = True
-                boxes.append([t.box_offsets[b].tolist(), t.box_shapes[b].tolist()])
+                boxes.append((tuple(t.box_offsets[b].tolist()), tuple(t.box_shapes[b].tolist())))
             j = -1 if reuse is None else reuse.blocks.get((r, item), -1)
-            if j >= 0:  # referenced in the base (files after every worker's own)
+            if j < 0:
+                cols.append(written.block(r, item))
+            else:
                 assert reuse is not None and reuse.base is not None
-                f, off, n, crc = reference(reuse.base, j, refs, where)
-                col_file.append(-1 - f)
-                col_off.append(off)
-                col_nb.append(n)
-                crc_parts.append(crc)
-                continue
-            res = results[r]
-            # a worker that wrote items (and did not fail) reports all its columns
-            assert res.nbytes is not None and res.file is not None
-            assert res.offset is not None and res.crcs is not None
-            p = int(np.searchsorted(gp.writes[r], item))
-            n = int(res.nbytes[p])
-            col_file.append(int(res.file[p]) + base[r] if n else 0)
-            col_off.append(int(res.offset[p]))
-            col_nb.append(n)
-            crc_parts.append(res.crcs[crc_starts[r][p]:crc_starts[r][p + 1]])
-    crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
-    col_file = [f if f >= 0 else len(files) - 1 - f for f in col_file]
-    files.extend(refs)
+                cols.append(reference(reuse.base, j, files, where))  # appended after own
+            if reuse is not None:
+                hashes.append(reuse.hashes[(r, item)])
     info_doc = info(attempt, world)
     if reuse is not None:
         info_doc["incremental"] = record(reuse.base, reuse.mode, reuse.changed, reuse.total)
     rows = [t.key for t in tplans if t.per_worker]
     if rows:
         info_doc[INFO_KEY] = rows  # docs/FORMAT.md section 7
-    return build_manifest(chunk_size=chunk, files=files, keys=keys, dtype_names=dts, shapes=shapes,
-                          file=np.asarray(col_file, np.int64), offset=np.asarray(col_off, np.int64),
-                          nbytes=np.asarray(col_nb, np.int64), crcs=crcs,
-                          nblocks=np.asarray(nblocks, np.int64),
-                          box=[None if b is None else (tuple(b[0]), tuple(b[1])) for b in boxes]
-                          if any_box else None,
-                          tree=tree, graph=graph, metadata=metadata, info=info_doc,
-                          hashes=hashes if reuse is not None else None)
+    return build_manifest(
+        chunk_size=chunk, files=files, keys=[t.key for t in tplans],
+        dtype_names=[t.dtype for t in tplans], shapes=[t.shape for t in tplans],
+        file=np.asarray([c[0] for c in cols], np.int64),
+        offset=np.asarray([c[1] for c in cols], np.int64),
+        nbytes=np.asarray([c[2] for c in cols], np.int64),
+        crcs=np.concatenate([c[3] for c in cols]) if cols else np.zeros(0, np.uint32),
+        nblocks=np.asarray([len(t.rank) for t in tplans], np.int64),
+        box=boxes if any(x is not None for x in boxes) else None,
+        tree=tree, graph=graph, metadata=metadata, info=info_doc,
+        hashes=hashes if reuse is not None else None)
 
 
 @dataclasses.dataclass
