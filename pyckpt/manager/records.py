@@ -40,6 +40,9 @@ class Records:
         self._pinned: set[str] = set()  # being persisted by a tier: retention skips them
         # references read from kept checkpoints' indexes, by name (engine/references.py)
         self._refs: dict[str, frozenset[tuple[str, str]]] = {}
+        # held data this keeper collected, with the files it kept: retired again only
+        # once fewer of them are referenced
+        self._retired: dict[str, frozenset[str]] = {}
         self._state = self.recover()
 
     # -- what is recorded -------------------------------------------------------------
@@ -90,7 +93,7 @@ class Records:
 
     # -- recovery ---------------------------------------------------------------------
     def recover(self) -> ManagerState:
-        self._refs = {}  # another writer may have saved since
+        self._refs, self._retired = {}, {}  # another writer may have saved since
         return recover_state(self.store, self.path, self.name, self._clock, tensorflow=True)
 
     def reload(self) -> None:
@@ -274,6 +277,13 @@ class Records:
         nothing is left."""
         check_step_name(name, self.name)  # never a path: see engine/run.py
         self._refs.pop(name, None)
-        if retire(self.store, self.path, name, self.held()):  # pyckpt's or TensorFlow's
+        held = self.held()
+        keep = frozenset(held.get(name, ()))
+        if keep and self._retired.get(name) == keep:
+            return  # held data already collected down to what is still referenced
+        if retire(self.store, self.path, name, held):  # pyckpt's or TensorFlow's
+            self._retired.pop(name, None)
             if name in self._state.deleting:
                 self._state.deleting.remove(name)
+        else:
+            self._retired[name] = keep
