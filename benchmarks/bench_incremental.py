@@ -56,7 +56,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from harness import (GB, GiB, MiB, RAW_THREADS, dist_version, import_pyckpt, machine_header,
+from harness import (GB, GiB, MiB, RAW_THREADS, can_drop_caches, dist_version, drop_caches,
+                     import_pyckpt, machine_header,
                      make_workdir, optional_import, parse, parser, raw_pwrite, rotated, timed,
                      touch_ballast, version_of, write_report)
 
@@ -218,22 +219,6 @@ class Storage:
             with contextlib.suppress(Exception):
                 self.fs.call_s3("delete_object", Bucket=BUCKET, Key=key)
         self.fs.invalidate_cache()
-
-
-def drop_caches() -> None:
-    """``sync`` then drop the page cache of the whole machine (needs root; as in
-    bench_local.py, which this script does not import: it imports torch)."""
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("1")
-
-
-def can_drop_caches() -> tuple[bool, str]:
-    try:
-        drop_caches()
-        return True, ""
-    except OSError as e:
-        return False, f"{type(e).__name__}: {e}"
 
 
 def default_base_dir() -> str:

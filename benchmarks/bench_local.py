@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 
 from harness import (GiB, MiB, RAW_THREADS, Column, Group, PeakMemory, RawFiles, Results, Scratch,
+                     can_drop_caches, drop_caches,
                      Step, apply_torch_threads, fsync_path, import_pyckpt, kind_column,
                      machine_header, make_workdir, name_column, optional_import, parse, parser,
                      print_errors, print_plan, print_table, raw_pwrite, run_interleaved,
@@ -100,21 +101,6 @@ def warm_read(root: str | os.PathLike) -> None:
             with open(os.path.join(dirpath, name), "rb", buffering=0) as f:
                 while f.readinto(buf):
                     pass
-
-
-def drop_caches() -> None:
-    """``sync`` then drop the page cache of the whole machine (needs root)."""
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("1")
-
-
-def can_drop_caches() -> tuple[bool, str]:
-    try:
-        drop_caches()
-        return True, ""
-    except OSError as e:
-        return False, f"{type(e).__name__}: {e}"
 
 
 def pin_to_one_cpu() -> Callable[[], None]:

@@ -392,6 +392,22 @@ RAW_THREADS = 2        # threads of the raw limits (bench_local.py, bench_dist.p
 WRITEBACK_PIECE = 8 * MiB  # pyckpt's default piece_size: early writeback after each
 
 
+def drop_caches() -> None:
+    """``sync`` then drop the page cache of the whole machine (needs root)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("1")
+
+
+def can_drop_caches() -> tuple[bool, str]:
+    """Whether ``drop_caches`` works here, and why not."""
+    try:
+        drop_caches()
+        return True, ""
+    except OSError as e:
+        return False, f"{type(e).__name__}: {e}"
+
+
 def fsync_path(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
