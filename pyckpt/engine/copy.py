@@ -210,7 +210,7 @@ def copy_referencing(ck: OpenCheckpoint, store: Any, path: str, base: Base,
     m = ck.manifest
     b = m.blocks
     assert b.hashes is not None
-    match = Matcher(base, usable_files(store, base))
+    match = Matcher(base, usable_files(store, base), m.chunk_size)
     reuse = [match.block(m.keys[i], m.dtype_names[i], m.shapes[i], None,
                          b.hashes[int(b.tensor_begin[i])]) for i in range(len(m.keys))]
     changed = [i for i, j in enumerate(reuse) if j < 0]

@@ -104,10 +104,13 @@ def usable_files(store: Store, base: Base) -> list[bool]:
 class Matcher:
     """Finds the base block a new block may reference: same key, dtype, global shape
     and box (None: a tensor stored whole), every chunk fingerprint equal, stored in a
-    file that is there (``usable``, per base file; None: not checked)."""
+    file that is there (``usable``, per base file; None: not checked). Nothing matches
+    when the base was checksummed in other chunks than ``chunk_size`` (its CRCs could
+    not be copied into the new index)."""
 
-    def __init__(self, base: Base, usable: list[bool] | None) -> None:
+    def __init__(self, base: Base, usable: list[bool] | None, chunk_size: int) -> None:
         self.base, self.usable = base, usable
+        self.same_chunks = base.manifest.chunk_size == chunk_size
         self._boxes: dict[int, dict[Any, int]] = {}
 
     def _blocks_of(self, i: int) -> dict[Any, int]:
@@ -127,7 +130,8 @@ class Matcher:
         m = self.base.manifest
         b = m.blocks
         i = m.index.get(key)
-        if i is None or not h or b.hashes is None or m.dtype_names[i] != dtype_name \
+        if i is None or not h or b.hashes is None or not self.same_chunks \
+                or m.dtype_names[i] != dtype_name \
                 or tuple(m.shapes[i]) != tuple(shape):
             return -1
         j = self._blocks_of(i).get(box, -1)
@@ -138,9 +142,9 @@ class Matcher:
 
 
 def _matches(tensors: Sequence[PreparedTensor], hashes: Sequence[str], base: Base,
-             usable: list[bool] | None) -> list[int]:
+             usable: list[bool] | None, chunk_size: int) -> list[int]:
     """Per tensor (stored whole): the base block it can reference (-1: write it)."""
-    match = Matcher(base, usable)
+    match = Matcher(base, usable, chunk_size)
     return [match.block(t.key, t.dtype_name, t.array.shape, None, h)
             for t, h in zip(tensors, hashes)]
 
@@ -220,7 +224,8 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
         if mode == "selective":
             assert base is not None
             hashes = block_hashes(arrays, options.chunk_size, options.threads)
-            reuse = _matches(tensors, hashes, base, usable_files(store, base))
+            reuse = _matches(tensors, hashes, base, usable_files(store, base),
+                             options.chunk_size)
             changed: int | None = _changed_bytes(tensors, reuse)
             data = write_data(store, path, [t for t, j in zip(tensors, reuse) if j < 0],
                               attempt=attempt, options=options)
@@ -233,7 +238,8 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
             reuse = [-1] * len(tensors)
             changed = None  # nothing to compare with
             if base is not None and base.manifest.blocks.hashes is not None:
-                changed = _changed_bytes(tensors, _matches(tensors, hashes, base, None))
+                changed = _changed_bytes(tensors, _matches(tensors, hashes, base, None,
+                                                           options.chunk_size))
         files, cols = assemble(reuse, data, base, options.chunk_size)
         inc = record(base, mode, changed, sum(a.nbytes for a in arrays))
         manifest = build_manifest(

@@ -59,12 +59,12 @@ def _box(t: TensorPlan, b: int) -> Any:
 
 
 def _match(gp: GlobalPlan, tplans: Sequence[TensorPlan], hashes: dict[tuple[int, int], str],
-           nbytes: dict[tuple[int, int], int], base: Base | None,
-           usable: list[bool] | None) -> tuple[dict[tuple[int, int], int], int | None]:
+           nbytes: dict[tuple[int, int], int], base: Base | None, usable: list[bool] | None,
+           chunk_size: int) -> tuple[dict[tuple[int, int], int], int | None]:
     """The referenced blocks (selective saves) and the bytes found changed."""
     if base is None or base.manifest.blocks.hashes is None:
         return {}, None
-    match = Matcher(base, usable)
+    match = Matcher(base, usable, chunk_size)
     found: dict[tuple[int, int], int] = {}
     for t in tplans:
         ndim = len(t.shape)
@@ -108,7 +108,8 @@ def decide(comm: Communicator, store: Store, path: str, gp: GlobalPlan,
                       for i, n in zip(gp.writes[r], reports[r][1])}
             mode = plan_mode(base)
             usable = usable_files(store, base) if mode == "selective" and base else None
-            found, changed = _match(gp, tplans, hashes, nbytes, base, usable)
+            found, changed = _match(gp, tplans, hashes, nbytes, base, usable,
+                                    options.chunk_size)
             if mode != "selective":
                 found = {}
             reuse = Reuse(base, mode, hashes, found, changed, sum(nbytes.values()))

@@ -322,3 +322,19 @@ def test_hash_matches_sha256_of_each_chunk():
                    for i in range(0, len(raw), 1 << 20))
     assert got[0] == want and got[1] == ""
     assert got[2] == hashlib.sha256(a[::2].tobytes()).digest()[:16].hex()
+
+
+def test_no_reuse_across_chunk_sizes(tmp_path):
+    """A base checksummed in other chunks cannot lend its CRCs: everything is written."""
+    m, _, _ = _run(tmp_path, 1)
+    p = m.latest_checkpoint
+    base = incremental.Base("ckpt-1", p, _index(p))
+    key = next(k for k in base.manifest.keys if k.startswith("frozen/"))
+    i = base.manifest.index[key]
+    b = base.manifest.blocks
+    h = b.hashes[int(b.tensor_begin[i])]
+    args = (key, "float32", FROZEN_SHAPE, None, h)
+    assert incremental.Matcher(base, None, 1 << 20).block(*args) >= 0
+    assert incremental.Matcher(base, None, 1 << 21).block(*args) == -1
+    assert incremental.Matcher(base, None, 1 << 20).block(key, "float32", FROZEN_SHAPE, None,
+                                                          "0" * len(h)) == -1
