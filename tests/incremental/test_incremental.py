@@ -147,6 +147,10 @@ def test_held_directory_is_no_checkpoint(tmp_path):
     same(restored(str(run / "ckpt-3")), saved[str(run / "ckpt-3")])
     state = json.loads((run / "pyckpt-manager.json").read_text())
     assert state["deleting"] == ["ckpt-1"]  # held data, collected when unreferenced
+    from pyckpt.runs import list_checkpoints
+    rows = {r["name"]: r for r in list_checkpoints(str(run))[1]}
+    assert rows["ckpt-1"]["status"] == "held" and rows["ckpt-3"]["status"] == "committed"
+    assert rows["ckpt-3"]["references"] == ["ckpt-1"]
     # a new manager (a restart) keeps the held data too
     m.close()
     m2 = pyckpt.CheckpointManager(model(), run, max_to_keep=1, incremental=True)
@@ -338,3 +342,20 @@ def test_no_reuse_across_chunk_sizes(tmp_path):
     assert incremental.Matcher(base, None, 1 << 21).block(*args) == -1
     assert incremental.Matcher(base, None, 1 << 20).block(key, "float32", FROZEN_SHAPE, None,
                                                           "0" * len(h)) == -1
+
+
+def test_a_plain_manager_after_incremental_saves_keeps_referenced_data(tmp_path):
+    """Turning incremental off in a run with references: retention still holds what
+    the kept checkpoints reference, and collects it once they are gone."""
+    m, ck, saved = _run(tmp_path, 3, max_to_keep=3)
+    m.close()
+    plain = pyckpt.CheckpointManager(ck, tmp_path / "run", max_to_keep=2)
+    train_step(ck, 4)
+    saved[plain.save()] = values(ck)
+    for p in plain.checkpoints:  # ckpt-3 references ckpt-1, retired now: held
+        same(restored(p), saved[p])
+    for s in (5, 6):
+        train_step(ck, s)
+        saved[plain.save()] = values(ck)
+    assert sorted(n for n in os.listdir(tmp_path / "run") if n.startswith("ckpt")) == \
+        ["ckpt-5", "ckpt-6"]
