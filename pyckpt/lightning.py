@@ -253,18 +253,20 @@ def _records(meta: Any) -> dict[tuple, tuple[str, dict]]:
 def _retype(tree: Any, records: dict[tuple, tuple[str, dict]]) -> Any:
     """The tree with the recorded types rebuilt (only the containers on the way to a
     record are made anew)."""
-    ahead = {p[:n] for p in records for n in range(len(p))}
+    return _retype_node(tree, (), {p[:n] for p in records for n in range(len(p))}, records)
 
-    def walk(node: Any, path: tuple) -> Any:
-        if path in ahead:
-            if type(node) is dict:
-                node = {k: walk(v, path + (k,)) for k, v in node.items()}
-            elif type(node) in (list, tuple):
-                node = type(node)(walk(v, path + (i,)) for i, v in enumerate(node))
-        rec = records.get(path)
-        return node if rec is None else _rebuild(rec[0], node, rec[1], _where(path))
 
-    return walk(tree, ())
+def _retype_node(node: Any, path: tuple, ahead: set[tuple],
+                 records: dict[tuple, tuple[str, dict]]) -> Any:
+    """``_retype`` of one node (module-level: a closure calling itself is a cycle)."""
+    if path in ahead:
+        if type(node) is dict:
+            node = {k: _retype_node(v, path + (k,), ahead, records) for k, v in node.items()}
+        elif type(node) in (list, tuple):
+            node = type(node)(_retype_node(v, path + (i,), ahead, records)
+                              for i, v in enumerate(node))
+    rec = records.get(path)
+    return node if rec is None else _rebuild(rec[0], node, rec[1], _where(path))
 
 
 def _device(map_location: Any) -> Any:

@@ -53,41 +53,43 @@ def collect_targets(into: Any) -> list[Target]:
     a save of that tree is; None, str and bytes leaves are skipped. TypeError for
     what cannot be filled: a bare array, a scalar inside a tuple, an unknown type."""
     out: list[Target] = []
-
-    def walk(node: Any, key: Any, setter: Callable | None) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, _join(key, k), lambda val, c=node, k=k: c.__setitem__(k, val))
-            return
-        if isinstance(node, (list, tuple)):
-            mutable = isinstance(node, list)
-            for i, v in enumerate(node):
-                walk(v, _join(key, i),
-                     (lambda val, c=node, i=i: c.__setitem__(i, val)) if mutable else None)
-            return
-        if isinstance(node, (ShardedArray, PerWorker)):  # a block, or one worker's copy
-            out.append(Target(key, None, None, "ndarray", sharded=node))
-            return
-        if key is None:
-            raise TypeError("`into` must be a dict, list or tuple of arrays (a tree), "
-                            f"not a single {type(node).__name__}")
-        view = _writable_view(node)
-        if view is not None:
-            out.append(Target(key, view[0], None, "ndarray", after=view[1]))
-            return
-        leaf = as_array_leaf(node)
-        if leaf is not None:  # an immutable scalar: replaced in its container
-            if setter is None:
-                raise TypeError(f"cannot restore {key!r} in place: a {type(node).__name__} "
-                                "inside a tuple (use a list or an array)")
-            out.append(Target(key, None, setter, leaf[1]))
-            return
-        if node is None or isinstance(node, (str, bytes)):
-            return  # static values are not read from the checkpoint
-        raise TypeError(f"cannot load into a {type(node).__name__} at {key!r}")
-
-    walk(into, None, None)
+    _collect(into, None, None, out)
     return out
+
+
+def _collect(node: Any, key: Any, setter: Callable | None, out: list[Target]) -> None:
+    """``collect_targets`` of one node of ``into`` (a module-level function, not a
+    closure: a closure calling itself is a reference cycle through what it captures)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _collect(v, _join(key, k), lambda val, c=node, k=k: c.__setitem__(k, val), out)
+        return
+    if isinstance(node, (list, tuple)):
+        mutable = isinstance(node, list)
+        for i, v in enumerate(node):
+            _collect(v, _join(key, i),
+                     (lambda val, c=node, i=i: c.__setitem__(i, val)) if mutable else None, out)
+        return
+    if isinstance(node, (ShardedArray, PerWorker)):  # a block, or one worker's copy
+        out.append(Target(key, None, None, "ndarray", sharded=node))
+        return
+    if key is None:
+        raise TypeError("`into` must be a dict, list or tuple of arrays (a tree), "
+                        f"not a single {type(node).__name__}")
+    view = _writable_view(node)
+    if view is not None:
+        out.append(Target(key, view[0], None, "ndarray", after=view[1]))
+        return
+    leaf = as_array_leaf(node)
+    if leaf is not None:  # an immutable scalar: replaced in its container
+        if setter is None:
+            raise TypeError(f"cannot restore {key!r} in place: a {type(node).__name__} "
+                            "inside a tuple (use a list or an array)")
+        out.append(Target(key, None, setter, leaf[1]))
+        return
+    if node is None or isinstance(node, (str, bytes)):
+        return  # static values are not read from the checkpoint
+    raise TypeError(f"cannot load into a {type(node).__name__} at {key!r}")
 
 
 _GRAPH_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"

@@ -244,33 +244,39 @@ def flatten(tree: Any, prefix: str = "", *, caller: str = "pyckpt.save") -> tupl
     if not prefix and not isinstance(tree, (dict, list, tuple)):
         raise not_a_tree_error(tree, caller)
     leaves: list[Leaf] = []
-    seen: set[str] = set()
-
-    def walk(node: Any, key: str | None, depth: int) -> Any:
-        if depth > _MAX_DEPTH:
-            raise ValueError(f"tree nested deeper than {_MAX_DEPTH} levels at {key!r}")
-        if isinstance(node, dict):
-            return {"d": [[k, walk(v, _join(key, k), depth + 1)] for k, v in node.items()]}
-        if isinstance(node, (list, tuple)):
-            tag = "l" if isinstance(node, list) else "u"
-            return {tag: [walk(v, _join(key, i), depth + 1) for i, v in enumerate(node)]}
-        leaf = as_array_leaf(node)
-        if leaf is not None:
-            assert key is not None  # the root is a container or has a prefix (above)
-            validate_key(key)
-            if key in seen:
-                raise ValueError(f"two leaves of the tree map to the same key {key!r}")
-            seen.add(key)
-            arr, kind = leaf
-            leaves.append(Leaf(key, arr, kind, node))
-            return key if kind == "ndarray" else {"s": key, "as": kind}
-        static = _static(node)
-        if static is not None:
-            return static
-        raise _not_a_leaf_error(node, key or "<root>")
-
-    skeleton = walk(tree, prefix or None, 0)
+    skeleton = _flatten_node(tree, prefix or None, 0, leaves, set())
     return leaves, skeleton
+
+
+# The recursive walks of this module are module-level functions, not closures: a
+# closure that calls itself is a reference cycle, and it would keep what it captured
+# (a checkpoint's arrays) alive until the cyclic collector happens to run.
+def _flatten_node(node: Any, key: str | None, depth: int, leaves: list[Leaf],
+                  seen: set[str]) -> Any:
+    """``flatten``'s skeleton of ``node``, its leaves appended to ``leaves``."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"tree nested deeper than {_MAX_DEPTH} levels at {key!r}")
+    if isinstance(node, dict):
+        return {"d": [[k, _flatten_node(v, _join(key, k), depth + 1, leaves, seen)]
+                      for k, v in node.items()]}
+    if isinstance(node, (list, tuple)):
+        tag = "l" if isinstance(node, list) else "u"
+        return {tag: [_flatten_node(v, _join(key, i), depth + 1, leaves, seen)
+                      for i, v in enumerate(node)]}
+    leaf = as_array_leaf(node)
+    if leaf is not None:
+        assert key is not None  # the root is a container or has a prefix (flatten)
+        validate_key(key)
+        if key in seen:
+            raise ValueError(f"two leaves of the tree map to the same key {key!r}")
+        seen.add(key)
+        arr, kind = leaf
+        leaves.append(Leaf(key, arr, kind, node))
+        return key if kind == "ndarray" else {"s": key, "as": kind}
+    static = _static(node)
+    if static is not None:
+        return static
+    raise _not_a_leaf_error(node, key or "<root>")
 
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}
@@ -312,74 +318,75 @@ def unflatten(skeleton: Any, values: dict[str, Any],
     """Rebuilds the saved structure from its skeleton and the loaded arrays;
     ``rebuild(kind, value)`` makes the leaf of a ``{"s": key, "as": kind}`` node
     (default: ``rebuild_leaf``)."""
-    rebuild = rebuild or rebuild_leaf
+    return _build(skeleton, 0, values, rebuild or rebuild_leaf)
 
-    def build(node: Any, depth: int) -> Any:
-        if depth > _MAX_DEPTH:
-            raise ValueError("malformed tree skeleton: too deep")
-        if isinstance(node, str):
-            return values[node]
-        if not isinstance(node, dict) or len(node) not in (1, 2):
-            raise ValueError("malformed tree skeleton")
-        if "d" in node:
-            return {k: build(v, depth + 1) for k, v in node["d"]}
-        if "l" in node:
-            return [build(v, depth + 1) for v in node["l"]]
-        if "u" in node:
-            return tuple(build(v, depth + 1) for v in node["u"])
-        if "s" in node:
-            return rebuild(node["as"], values[node["s"]])
-        if "v" in node:
-            return node["v"]
-        if "b" in node:
-            return base64.b64decode(node["b"])
-        raise ValueError(f"malformed tree skeleton node {sorted(node)!r}")
 
-    return build(skeleton, 0)
+def _build(node: Any, depth: int, values: dict[str, Any],
+           rebuild: Callable[[str, Any], Any]) -> Any:
+    """``unflatten`` of one skeleton node."""
+    if depth > _MAX_DEPTH:
+        raise ValueError("malformed tree skeleton: too deep")
+    if isinstance(node, str):
+        return values[node]
+    if not isinstance(node, dict) or len(node) not in (1, 2):
+        raise ValueError("malformed tree skeleton")
+    if "d" in node:
+        return {k: _build(v, depth + 1, values, rebuild) for k, v in node["d"]}
+    if "l" in node:
+        return [_build(v, depth + 1, values, rebuild) for v in node["l"]]
+    if "u" in node:
+        return tuple(_build(v, depth + 1, values, rebuild) for v in node["u"])
+    if "s" in node:
+        return rebuild(node["as"], values[node["s"]])
+    if "v" in node:
+        return node["v"]
+    if "b" in node:
+        return base64.b64decode(node["b"])
+    raise ValueError(f"malformed tree skeleton node {sorted(node)!r}")
 
 
 def skeleton_leaves(skeleton: Any) -> dict[str, str]:
     """key -> leaf kind for every tensor a skeleton references, in tree order."""
     out: dict[str, str] = {}
-
-    def walk(node: Any, depth: int) -> None:
-        if depth > _MAX_DEPTH:
-            raise ValueError("malformed tree skeleton: too deep")
-        if isinstance(node, str):
-            out[node] = "ndarray"
-        elif isinstance(node, dict):
-            if "s" in node:
-                out[node["s"]] = node.get("as", "ndarray")
-            for tag in ("l", "u"):
-                for v in node.get(tag, ()):
-                    walk(v, depth + 1)
-            for item in node.get("d", ()):
-                walk(item[1], depth + 1)
-
-    walk(skeleton, 0)
+    _leaf_kinds(skeleton, 0, out)
     return out
+
+
+def _leaf_kinds(node: Any, depth: int, out: dict[str, str]) -> None:
+    if depth > _MAX_DEPTH:
+        raise ValueError("malformed tree skeleton: too deep")
+    if isinstance(node, str):
+        out[node] = "ndarray"
+    elif isinstance(node, dict):
+        if "s" in node:
+            out[node["s"]] = node.get("as", "ndarray")
+        for tag in ("l", "u"):
+            for v in node.get(tag, ()):
+                _leaf_kinds(v, depth + 1, out)
+        for item in node.get("d", ()):
+            _leaf_kinds(item[1], depth + 1, out)
 
 
 def static_values(skeleton: Any) -> dict[str, Any]:
     """key -> value of every leaf a skeleton keeps itself (str, None, bytes), keyed by
     its ``/``-joined path as ``flatten`` joins it."""
     out: dict[str, Any] = {}
-
-    def walk(node: Any, key: str | None, depth: int) -> None:
-        if depth > _MAX_DEPTH or not isinstance(node, dict):
-            return
-        if "v" in node and key is not None:
-            out[key] = node["v"]
-        elif "b" in node and key is not None:
-            out[key] = base64.b64decode(node["b"])
-        for tag in ("l", "u"):
-            for i, v in enumerate(node.get(tag, ())):
-                walk(v, _join(key, i), depth + 1)
-        for item in node.get("d", ()):
-            walk(item[1], _join(key, item[0]), depth + 1)
-
-    walk(skeleton, None, 0)
+    _statics(skeleton, None, 0, out)
     return out
+
+
+def _statics(node: Any, key: str | None, depth: int, out: dict[str, Any]) -> None:
+    if depth > _MAX_DEPTH or not isinstance(node, dict):
+        return
+    if "v" in node and key is not None:
+        out[key] = node["v"]
+    elif "b" in node and key is not None:
+        out[key] = base64.b64decode(node["b"])
+    for tag in ("l", "u"):
+        for i, v in enumerate(node.get(tag, ())):
+            _statics(v, _join(key, i), depth + 1, out)
+    for item in node.get("d", ()):
+        _statics(item[1], _join(key, item[0]), depth + 1, out)
 
 
 def nest_flat(flat: dict[str, Any]) -> dict:

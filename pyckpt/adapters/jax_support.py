@@ -87,15 +87,18 @@ def _nested(tree: Any) -> Any:
                 if not isinstance(node, dict):
                     raise ValueError(f"two pytree leaves map to the same key at {key!r}")
 
-    def plain(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        out = {k: plain(v) for k, v in node.items()}
-        if id(node) in seqs and list(out) == list(range(len(out))):
-            return list(out.values())
-        return {str(k): v for k, v in out.items()}
+    return _plain(root, seqs)
 
-    return plain(root)
+
+def _plain(node: Any, seqs: set[int]) -> Any:
+    """Nested dicts with the sequences' integer keys made lists again (module-level: a
+    closure calling itself is a reference cycle)."""
+    if not isinstance(node, dict):
+        return node
+    out = {k: _plain(v, seqs) for k, v in node.items()}
+    if id(node) in seqs and list(out) == list(range(len(out))):
+        return list(out.values())
+    return {str(k): v for k, v in out.items()}
 
 
 def save(tree: Any, path: Any, **kwargs: Any) -> str:

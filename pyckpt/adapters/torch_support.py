@@ -97,21 +97,23 @@ def to_torch(tree: Any) -> Any:
     """The same tree with numpy arrays turned into torch tensors (bfloat16 kept)."""
     import torch  # optional dependency
 
-    def conv(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: conv(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return type(x)(conv(v) for v in x)
-        if isinstance(x, np.ndarray):
-            name = x.dtype.name
-            if name == "bfloat16":
-                return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-            if name in ("float8_e4m3fn", "float8_e5m2"):
-                return torch.from_numpy(x.view(np.uint8)).view(getattr(torch, name))
-            return torch.from_numpy(np.ascontiguousarray(x))
-        return x
+    return _torch_tree(tree, torch)
 
-    return conv(tree)
+
+def _torch_tree(x: Any, torch: Any) -> Any:
+    """``to_torch`` of one node (module-level: a closure calling itself is a cycle)."""
+    if isinstance(x, dict):
+        return {k: _torch_tree(v, torch) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_torch_tree(v, torch) for v in x)
+    if isinstance(x, np.ndarray):
+        name = x.dtype.name
+        if name == "bfloat16":
+            return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+        if name in ("float8_e4m3fn", "float8_e5m2"):
+            return torch.from_numpy(x.view(np.uint8)).view(getattr(torch, name))
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return x
 
 
 # -- object graph nodes ----------------------------------------------------------------
