@@ -58,7 +58,7 @@ def _box(t: TensorPlan, b: int) -> Any:
     return (tuple(int(x) for x in t.box_offsets[b]), tuple(int(x) for x in t.box_shapes[b]))
 
 
-def _match(gp: GlobalPlan, tplans: Sequence[TensorPlan], hashes: dict[tuple[int, int], str],
+def _match(tplans: Sequence[TensorPlan], hashes: dict[tuple[int, int], str],
            nbytes: dict[tuple[int, int], int], base: Base | None, usable: list[bool] | None,
            chunk_size: int) -> tuple[dict[tuple[int, int], int], int | None]:
     """The referenced blocks (selective saves) and the bytes found changed."""
@@ -108,7 +108,7 @@ def decide(comm: Communicator, store: Store, path: str, gp: GlobalPlan,
                       for i, n in zip(gp.writes[r], reports[r][1])}
             mode = plan_mode(base)
             usable = usable_files(store, base) if mode == "selective" and base else None
-            found, changed = _match(gp, tplans, hashes, nbytes, base, usable,
+            found, changed = _match(tplans, hashes, nbytes, base, usable,
                                     options.chunk_size)
             if mode != "selective":
                 found = {}
