@@ -46,6 +46,7 @@ from harness import (GB, GiB, MiB, Column, Group, Results, Scratch, Step, apply_
                      throughput_columns, timed, touch_ballast, touched_like, verify_tree,
                      version_of, write_report, zero_first_round)
 from model_state import build_state, describe_state
+from raw_s3 import RawS3
 
 pyckpt = import_pyckpt()
 fsspec = optional_import("fsspec")
@@ -61,9 +62,10 @@ BUCKET = "bench"
 
 SAVE_A, SAVE_B = "s3fs limit A (pipe_file)", "s3fs limit B (pipe N)"
 LOAD_A, LOAD_B = "s3fs limit A (cat_file)", "s3fs limit B (cat N)"
+SAVE_C, LOAD_C = "raw limit C (upload_part)", "raw limit C (ranged get)"
 PY_SAVE, PY_LOAD, PY_INTO = "pyckpt.save", "pyckpt.load", "pyckpt.load(into=)"
 DCP_SAVE, DCP_LOAD = "torch DCP save", "torch DCP load(into)"
-LIMITS = {"save": (SAVE_A, SAVE_B), "load": (LOAD_A, LOAD_B)}
+LIMITS = {"save": (SAVE_A, SAVE_B, SAVE_C), "load": (LOAD_A, LOAD_B, LOAD_C)}
 PYCKPT_ROWS = {"save": (PY_SAVE,), "load": (PY_LOAD, PY_INTO)}
 DCP_PAIRS = {DCP_SAVE: PY_SAVE, DCP_LOAD: PY_INTO}
 TARGET = 0.90
@@ -277,7 +279,8 @@ def count_data_files(b_state: dict[str, np.ndarray], so: dict, fs) -> int:
 # ---------------------------------------------------------------------------
 
 
-def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool) -> list[Group]:
+def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool, raw: Any = None,
+                best: dict | None = None) -> list[Group]:
     fs, so = b.fs, b.so
     cur = Scratch(lambda rnd, slug: f"r{rnd}-{slug}", b.rm)  # group -> prefix of this round
 
@@ -335,6 +338,17 @@ def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool) -> list[Group]:
                               check=lambda o: verify_tree(o, b.state), meta={"kind": "into"})],
               **cur.hooks("P", "pyckpt")),
     ]
+    if raw is not None and best is not None:
+        def c_check(out):
+            if bytes(out) != b.blob:
+                raise AssertionError("limit C: bytes differ")
+
+        groups.append(Group("raw limit C", [
+            step(SAVE_C, "save", lambda: raw.save(f"{cur['C']}", best["save"]),
+                 meta={"kind": f"{best['save']} conc"}),
+            step(LOAD_C, "load", lambda: raw.load(f"{cur['C']}", best["load"]), check=c_check,
+                 meta={"kind": f"{best['load']} conc"})],
+            **cur.hooks("C", "limitC")))
     if with_dcp:
         FsspecWriter, FsspecReader = _fsspec_writer_reader()
 
@@ -367,7 +381,8 @@ def ratio(res: Results, phase: str, own: str, ref: str) -> dict | None:
 
 
 def best_limit(summary: dict, phase: str) -> str | None:
-    """The faster of the two s3fs limits of ``phase`` (by median time)."""
+    """The fastest limit of ``phase`` (by median time): the two s3fs limits and the
+    server's raw limit C."""
     rows = summary.get(phase, {}).get("contenders", {})
     present = [n for n in LIMITS[phase] if n in rows]
     return min(present, key=lambda n: rows[n]["median_s"]) if present else None
@@ -381,13 +396,15 @@ def print_phase(phase: str, summary: dict, res: Results, nbytes: int) -> None:
     rows = summary.get(phase, {}).get("contenders", {})
     if not rows:
         return
-    lim_a, lim_b = LIMITS[phase]
+    lim_a, lim_b, lim_c = LIMITS[phase]
     for name, s in rows.items():
         s["vs_A"] = ratio(res, phase, name, lim_a)
         s["vs_B"] = ratio(res, phase, name, lim_b)
+        s["vs_C"] = ratio(res, phase, name, lim_c)
     cols = [name_column(27), kind_column(7), *throughput_columns(),
             Column("vs A", 6, lambda n, s: _fmt(s["vs_A"] and s["vs_A"]["ratio"])),
             Column("vs B", 6, lambda n, s: _fmt(s["vs_B"] and s["vs_B"]["ratio"])),
+            Column("vs C", 6, lambda n, s: _fmt(s["vs_C"] and s["vs_C"]["ratio"])),
             Column("cpu cli s", 10, lambda n, s: _fmt(s.get("client_cpu_s"))),
             Column("cpu srv s", 10, lambda n, s: _fmt(s.get("server_cpu_s"))),
             Column("busy", 5, lambda n, s: f"{s['busy']:.0%}" if "busy" in s else "-")]
@@ -397,7 +414,7 @@ def print_phase(phase: str, summary: dict, res: Results, nbytes: int) -> None:
                 f"cores))", rows, cols)
     print("  per-round pairs (throughput / the limit's, same round):")
     for name in PYCKPT_ROWS[phase]:
-        for lim, key in ((lim_a, "vs_A"), (lim_b, "vs_B")):
+        for lim, key in ((lim_a, "vs_A"), (lim_b, "vs_B"), (lim_c, "vs_C")):
             r = rows.get(name, {}).get(key)
             if r and r["pair_ratios"]:
                 print(pair_line(name, lim, r, 20, 26))
@@ -425,7 +442,7 @@ def targets(summary: dict, res: Results) -> list[dict]:
                 out.append({"phase": phase, "contender": p, "limit": d, "ratio": r["ratio"],
                             "pair_ratio_median": r["pair_ratio_median"], "target": None,
                             "met": None})
-    print("\n== TARGETS  (pyckpt's throughput / the faster s3fs limit's; target >= "
+    print("\n== TARGETS  (pyckpt's throughput / the fastest limit's (A, B or raw C); target >= "
           f"{TARGET:.2f}x on the medians and on the per-round pair median)")
     for t in out:
         if t["target"] is None:
@@ -658,10 +675,15 @@ def parse_args(argv=None):
     p.add_argument("--dcp-sync-files", action="store_true",
                    help="run DCP with sync_files=True (its default; see README: os.sync())")
     p.add_argument("--no-dcp", action="store_true", help="skip torch DCP")
+    p.add_argument("--raw-part-mib", type=int, default=16, metavar="N",
+                   help="part / range size of the raw limit C (default 16 MiB)")
+    p.add_argument("--raw-sweep-rounds", type=int, default=2, metavar="N",
+                   help="rounds per concurrency of limit C's sweep (default 2)")
     p.add_argument("--diagnose", action="store_true",
                    help="always print where pyckpt's time goes (else only below 0.9x)")
     return parse(p, argv, quick={"size_gb": 1 / 16, "rounds": 2,
-                                 "sweep_rounds": lambda a: min(a.sweep_rounds, 1)})
+                                 "sweep_rounds": lambda a: min(a.sweep_rounds, 1),
+                                 "raw_sweep_rounds": 1})
 
 
 def main(argv=None) -> int:
@@ -706,10 +728,19 @@ def main(argv=None) -> int:
             print(f"DCP     : FsspecWriter(thread_count={dcp_threads}, sync_files="
                   f"{args.dcp_sync_files}, **storage_options); torch "
                   f"{torch.get_num_threads()} intra-op thread(s)")
+        raw = RawS3(so, BUCKET, b.pieces, part=args.raw_part_mib * MiB)
+        conc = (4, 16) if args.quick else (2, 4, 8, 16, 32)
+        print(f"raw C   : {len(b.pieces)} object(s), {args.raw_part_mib} MiB parts / ranges; "
+              f"sweeping concurrency {list(conc)} ({args.raw_sweep_rounds} round(s) each)")
+        sweep_c = raw.sweep("rawsweep", conc, args.raw_sweep_rounds, b.rm)
+        for d in ("save", "load"):
+            print(f"  {d}: " + ", ".join(f"{c}: {b.nbytes / t / GB:.3f} GB/s"
+                                         for c, t in sweep_c[d].items())
+                  + f"  -> best {sweep_c['best'][d]}")
         print_plan(args.rounds, b.nbytes)
 
-        res = run_interleaved(make_groups(b, meter, with_dcp), args.rounds, b.nbytes,
-                              Results(("save", "load")))
+        res = run_interleaved(make_groups(b, meter, with_dcp, raw, sweep_c["best"]),
+                              args.rounds, b.nbytes, Results(("save", "load")))
         summary = summarize(res, b.nbytes)
         cpu = meter.medians()
         for block in summary.values():
@@ -722,6 +753,8 @@ def main(argv=None) -> int:
             print_phase(phase, summary, res, b.nbytes)
         print_errors(res.errors)
         tg = targets(summary, res)
+        doc["raw_sweep"] = {d: {str(c): t for c, t in v.items()} if d != "best" else v
+                            for d, v in sweep_c.items()}
         doc.update({"n_objects": n_obj, "dcp_threads": dcp_threads, "seconds_per_round": res.seconds,
                     "summary": summary, "targets": tg, "errors": res.errors, "cpu": cpu})
 

@@ -30,7 +30,7 @@ from ..format.manifest import FileEntry
 from ..storage import Store
 from . import attempts
 
-__all__ = ["Commit", "commit_checkpoint", "read_previous", "abandon", "sweep_orphans"]
+__all__ = ["Commit", "commit_checkpoint", "read_previous", "abandon", "discard", "sweep_orphans"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,16 @@ def _landed(store: Store, path: str, attempt: str | None) -> bool:
     return current is not None and current.info.get("attempt") == attempt
 
 
+def discard(store: Store, path: str, files: list[FileEntry]) -> None:
+    """Deletes the data files of an attempt that failed before its commit began
+    (nothing of it can be committed), best effort: files whose failed upload already
+    cleaned up after itself cost no request (``Store.delete``)."""
+    try:
+        store.delete(store.join(path, f.name) for f in files)
+    except OSError:
+        pass
+
+
 def abandon(store: Store, path: str, files: list[FileEntry], attempt: str | None) -> None:
     """Deletes an attempt's data files after a failed commit, unless its index
     became visible anyway (a failure after the rename, or an upload whose answer
@@ -91,10 +101,7 @@ def abandon(store: Store, path: str, files: list[FileEntry], attempt: str | None
         return  # unknown whether this attempt is committed: never delete its data
     if current is not None and attempt is not None and current.info.get("attempt") == attempt:
         return
-    try:
-        store.delete(store.join(path, f.name) for f in files)
-    except OSError:
-        pass
+    discard(store, path, files)
 
 
 def _delete_replaced(c: Commit, previous: Manifest | None) -> None:

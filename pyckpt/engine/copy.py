@@ -18,13 +18,14 @@ import numpy as np
 from ..format import Manifest
 from ..errors import CheckpointError, CorruptCheckpointError
 from ..format.manifest import FileEntry, build_manifest
-from ..storage import resolve
+from ..storage import LeftoverUploads, resolve
 from ..storage.streamed import write_stream
 from . import naming
 from .read_executor import read_window
+from .write_executor import leftovers
 from .reader import OpenCheckpoint, open_checkpoint
 from . import attempts, writer
-from .commit import abandon, read_previous
+from .commit import discard, read_previous
 from .incremental import Base, Matcher, assemble, plan_mode, record, usable_files
 
 WINDOW = 64 << 20
@@ -81,15 +82,16 @@ def _verified(ck: Any, f: int, window: int,
 
 
 def copy_file(ck: Any, f: int, store: Any, dst: str,
-              on_bytes: Callable[[int], Any] | None = None, window: int = WINDOW) -> None:
+              on_bytes: Callable[[int], Any] | None = None, window: int = WINDOW,
+              leftovers: LeftoverUploads | None = None) -> None:
     """Streams data file ``f`` of the open checkpoint ``ck`` to ``dst`` in ``store``,
     checking every chunk on the way, ``window`` bytes at a time (``on_bytes`` is
     called after each), through the store's guarded write: on failure the caller
-    deletes ``dst``."""
+    deletes ``dst``. ``leftovers``: what the store may clean up beside it."""
     # through the store's guarded write (retries, stall limits, bounded cleanup):
     # no streamed file object of a remote store is ever left open
     write_stream(store, dst, ck.manifest.files[f].size,
-                 lambda: _verified(ck, f, window, on_bytes))
+                 lambda: _verified(ck, f, window, on_bytes), leftovers)
 
 
 def copy_files(source: Any, source_options: dict | None, store: Any, dst: str,
@@ -176,6 +178,8 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     total = sum(f.size for f in m.files)
     done = 0
     new_files: list[FileEntry] = []
+    attempts.begin(store, path, attempt)  # its uploads are its own (stale_uploads.py)
+    sweep: LeftoverUploads | None = leftovers(store, path, attempt)
     try:
         for f, entry in enumerate(m.files):
             name = naming.data_file_name(attempt, 0, f)
@@ -187,16 +191,21 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                 if progress is not None:
                     progress(done, total)
 
-            copy_file(ck, f, store, store.join(path, name), count)
-    except BaseException:
-        abandon(store, path, new_files, attempt)
+            copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep)
+            sweep = None  # one sweep per copy
+    except BaseException:  # before the commit: nothing of this attempt can be committed
+        discard(store, path, new_files)
+        attempts.end(store, path, attempt)
         raise
     copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
                       dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
                       tree=m.tree, metadata=m.metadata, graph=m.graph,
                       info=_fingerprinted_info(m, attempt, ck.url))
-    writer.commit(writer.Commit(store, path, copied, attempt=attempt, new_files=new_files,
-                                sweep=False))
+    try:
+        writer.commit(writer.Commit(store, path, copied, attempt=attempt, new_files=new_files,
+                                    sweep=False))
+    finally:
+        attempts.end(store, path, attempt)
     return store.url(path)
 
 

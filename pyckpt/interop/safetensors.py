@@ -17,7 +17,7 @@ from .. import saving
 from ..codecs.safetensors import (SafetensorsFile, check_writable, detect, dtype_name,
                                   is_safetensors_path, write_file)
 from ..codecs.hf_folder import INDEX_FILE, is_shard_name, shard_name
-from ..errors import CheckpointError
+from ..errors import CheckpointError, add_note
 from ..format.source import CheckpointSource
 from ..selection import map_keys, select_keys
 from ..sources import open_source
@@ -96,7 +96,8 @@ def _write_files(source: CheckpointSource, store: Any, folder: str, files: list[
                  sizes: list[int], mine: Sequence[int],
                  progress: Callable[[int, int], Any] | None) -> None:
     """Writes this worker's files ``mine``, up to ``FILES_IN_FLIGHT`` at once; progress
-    counts the bytes of all of them. Raises the first failure once every file ended."""
+    counts the bytes of all of them. After a failure no further file starts; raises
+    the first failure once the files under way ended."""
     total = sum(sizes[p] for j in mine for p in shards[j])
     done, lock = [0] * len(files), threading.Lock()
 
@@ -113,9 +114,22 @@ def _write_files(source: CheckpointSource, store: Any, folder: str, files: list[
     with concurrent.futures.ThreadPoolExecutor(FILES_IN_FLIGHT,
                                                thread_name_prefix="pyckpt-export") as pool:
         futures = [pool.submit(one, j) for j in mine]
-        concurrent.futures.wait(futures)
+        concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()  # those not started yet
     for f in futures:
-        f.result()
+        if not f.cancelled():
+            f.result()
+
+
+def _discard(store: Any, folder: str, names: list[str], error: BaseException) -> None:
+    """Best effort, after a failed export: deletes the shard files it was writing
+    (a folder without its index is no checkpoint); what it could not delete is a note
+    on ``error``."""
+    try:
+        store.delete(store.join(folder, n) for n in names)
+    except OSError as e:
+        add_note(error, f"the shard files written so far were left in {store.url(folder)}: {e}")
 
 
 def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: Any = None,
@@ -144,11 +158,17 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
     store, folder = resolve(dst_dir, dst_options)
     rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
     store.makedirs(folder)
+    if rank == 0:  # an earlier export's index must never name a mix of old and new files
+        store.delete([store.join(folder, INDEX_FILE)])
+    if comm is not None:
+        comm.barrier()
     problem = None
+    mine = range(rank, len(shards), world)
     try:
-        _write_files(source, store, folder, files, shards, indices, names, sizes,
-                     range(rank, len(shards), world), progress)
+        _write_files(source, store, folder, files, shards, indices, names, sizes, mine,
+                     progress)
     except Exception as e:  # noqa: BLE001 - every worker must hear of it
+        _discard(store, folder, [files[j] for j in mine], e)
         if comm is None:
             raise
         problem = f"rank {rank}: {type(e).__name__}: {e}"

@@ -207,6 +207,8 @@ class WriterLease:
                 return
             self.held = False
             _HELD.pop(self.owner, None)
+            if not self.store.answering():
+                return  # the store stopped answering: the lease is recognised as stale later
             try:
                 doc = self._read()
                 if doc is not None and doc.get("owner") == self.owner:

@@ -106,7 +106,10 @@ class Records:
         for name in list(self._state.deleting):
             self._delete(name)
         keep = {e.name for e in self.entries()}
-        for entry in self.store.listdir(self.path):
+        # a save or persist that died before any of its objects was complete left only
+        # unfinished uploads there: that directory is never committed too
+        entries = sorted(set(self.store.listdir(self.path)) | set(self.store.unfinished(self.path)))
+        for entry in entries:
             if parse_step(entry, self.name) is not None and entry not in committed \
                     and entry not in keep and entry not in self._state.deleting:
                 # never committed, or held data whose record was lost: data that kept
@@ -160,7 +163,20 @@ class Records:
         """After a failed save: the checkpoint does not count. Removes its directory
         unless a committed checkpoint of that name already existed (a re-save)."""
         path = self.store.join(self.path, name)
-        committed = self.store.exists(self.store.join(path, INDEX_NAME))
+        if not self.store.answering():  # no request now: the next save removes it
+            if self.entry(name) is None and name not in self._state.deleting:
+                self._state.deleting.append(name)
+            add_note(error, f"{self.url(name)} was not saved by this call; the store stopped "
+                            "answering, so whatever the save left there is removed after "
+                            "the next save that succeeds")
+            return
+        try:  # best effort: the save's own error is what the caller sees
+            committed = self.store.exists(self.store.join(path, INDEX_NAME))
+        except OSError as e:
+            add_note(error, f"{self.url(name)} was not saved by this call; whether a "
+                            f"committed checkpoint of that name exists could not be checked "
+                            f"({e}): it is left as it is")
+            return
         if not committed:
             try:
                 self.store.rmtree(path)

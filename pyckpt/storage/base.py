@@ -59,12 +59,14 @@ class LeftoverUploads(NamedTuple):
     maps to a writer id (None: not a writer's object, never touched) other than
     ``current`` (the writer writing now), once ``is_live(writer)`` says that writer
     has ended (False; None: unknown) or its upload is older than the store's
-    ``stale_upload_age``."""
+    ``stale_upload_age``. ``first``: clean up before the write starts instead of
+    beside it (the write's own uploads could not be told from the leftovers)."""
 
     prefix: str
     owner: Callable[[str], str | None]
     current: str | None
     is_live: Callable[[str], bool | None]
+    first: bool = False
 
 
 class FetchPolicy(NamedTuple):
@@ -123,6 +125,19 @@ class Store(abc.ABC):
     def fetch_policy(self) -> FetchPolicy:
         """How readers should batch their ``fetch`` calls on this store."""
         return FetchPolicy()
+
+    def unfinished(self, path: str) -> list[str]:
+        """Names of the entries directly under ``path`` that hold unfinished uploads
+        (S3 multipart uploads, which ``listdir`` does not show: a write that died
+        before any object of a directory was complete leaves only those). Best effort;
+        [] where the store has none."""
+        return []
+
+    def answering(self) -> bool:
+        """False while the store counts as down (it stopped answering moments ago and
+        has not answered since; docs/PROTOCOL.md 1c): best-effort steps after a
+        failure skip their requests rather than spend the failure's follow-up time."""
+        return True
 
     # -- reads -------------------------------------------------------------------
     @abc.abstractmethod

@@ -190,6 +190,12 @@ class FsspecStore(Store):
         """The ranges, up to ``max_concurrency`` requests at once, each retried."""
         return self.downloads.fetch(ranges)
 
+    def unfinished(self, path: str) -> list[str]:
+        return self.stale.entries_under(path)
+
+    def answering(self) -> bool:
+        return not self.io.health.probing(self.opts, time.monotonic())
+
     def fetch_policy(self) -> FetchPolicy:
         """The read batching of this store's ``RemoteOptions``."""
         o = self.opts
@@ -310,6 +316,9 @@ class FsspecStore(Store):
         handling it is then not repeated (``delete``)."""
         paths = [f.path for f in files]
         sweep = self._start_sweep(leftovers) if files and leftovers is not None else None
+        if sweep is not None and leftovers is not None and leftovers.first:
+            sweep.join(timeout=2 * self.opts.cleanup_timeout)  # bounded, best effort
+            sweep = None
         try:
             self.uploads.upload(files)  # on failure it has cleaned up after itself
         except BaseException as e:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+#: The shortest last attempt of an operation near its deadline, in seconds (retry.py).
+LAST_ATTEMPT_MIN = 1.0
+
 
 @dataclasses.dataclass(frozen=True)
 class RemoteOptions:
@@ -76,13 +79,15 @@ class RemoteOptions:
         return opts, so
 
     def failure_bound(self) -> float:
-        """About the most seconds a save or load against a store that stopped answering
-        takes to fail: the failing operation's ``deadline`` (plus a last backoff delay),
-        then at most three follow-up steps of the save, each bounded by
-        ``cleanup_timeout`` (the cleanup of the upload or of the attempt's files, the
-        check of the index after a failed commit, the removal of the attempt's marker).
-        95 s with the defaults; docs/PROTOCOL.md, section 1c."""
-        return self.deadline + 3 * self.cleanup_timeout + self.backoff_max
+        """The most seconds any route to a store that stopped answering takes to fail
+        once no byte moves (a save, a load, a copy, an export, a persist): the failing
+        operation's ``deadline``, plus its last backoff delay or its last attempt's
+        minimum (1 s), whichever is longer, then the follow-up window of the failure,
+        ``3 * cleanup_timeout``, which bounds every step after it together (the cleanup
+        of the upload or of the attempt's files, the check of the index, the removal of
+        the attempt's marker, the release of a lease). 95 s with the defaults;
+        docs/PROTOCOL.md, section 1c."""
+        return self.deadline + max(self.backoff_max, LAST_ATTEMPT_MIN) + 3 * self.cleanup_timeout
 
     def key(self) -> Any:
         return dataclasses.astuple(self)

@@ -20,10 +20,14 @@ retries and cleanup"):
   per-request limits;
 - **store health**: when an operation gives up on a transient failure, its
   ``Health`` (one per store) is marked down; until a request succeeds again,
-  for at most ``deadline`` seconds, every new operation is a *probe*: one
-  attempt bounded by ``cleanup_timeout``. This bounds what follows a failure
-  (the cleanup, the caller's removal of its files) instead of retrying each
-  step against a dead server;
+  for at most ``max(deadline, 4 * cleanup_timeout)`` seconds, every new
+  operation is a *probe*: one attempt bounded by ``cleanup_timeout``, and all
+  of them together by the *follow-up window*, ``3 * cleanup_timeout`` from the
+  moment the store went down; for one ``cleanup_timeout`` past it, a probe
+  fails at once, untried (``StoreDown``), so that the rest of a failed
+  operation's follow-ups end without a request; later probes try again. This bounds what follows a failure (the cleanup, the
+  caller's removal of its files, the check of an index, the release of a lease)
+  instead of retrying, or even trying, each step against a dead server;
 - an error after the budget, ``CheckpointIOError``, that names the object.
 """
 
@@ -40,7 +44,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from ..errors import CheckpointIOError
 from .diagnose import explain
-from .options import RemoteOptions
+from .options import LAST_ATTEMPT_MIN, RemoteOptions
 
 T = TypeVar("T")
 
@@ -56,6 +60,11 @@ _TRANSIENT_NAMES = {"EndpointConnectionError", "ConnectionClosedError", "ReadTim
 
 class StallError(TimeoutError):
     """A request moved no byte for ``stall_timeout`` seconds (a transient failure)."""
+
+
+class StoreDown(TimeoutError):
+    """A request not even tried: the store stopped answering moments ago and the
+    follow-up window of that failure is spent (a transient failure)."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -114,9 +123,23 @@ class Health:
 
     def probing(self, opts: RemoteOptions, now: float) -> bool:
         """Whether new operations get only one short attempt (the store stopped
-        answering less than ``deadline`` seconds ago and has not answered since)."""
+        answering less than ``max(deadline, 4 * cleanup_timeout)`` seconds ago: the
+        follow-up window and the untried time after it; and has not answered since)."""
         since = self.down_since
-        return since is not None and now - since < opts.deadline
+        return since is not None and now - since < max(
+            opts.deadline, follow_up_window(opts) + opts.cleanup_timeout)
+
+    def window_left(self, opts: RemoteOptions, now: float) -> float | None:
+        """Seconds left of the follow-up window of the store's failure (None: the
+        store is not down)."""
+        since = self.down_since
+        return None if since is None else since + follow_up_window(opts) - now
+
+
+def follow_up_window(opts: RemoteOptions) -> float:
+    """How long after a store stopped answering the requests that follow the failure
+    (all of them together) may take: ``3 * cleanup_timeout`` (docs/PROTOCOL.md 1c)."""
+    return 3 * opts.cleanup_timeout
 
 
 class Operation:
@@ -220,13 +243,25 @@ def _final(what: str, exc: Exception) -> Exception:
 
 
 def _limits(op: Operation, stall: float) -> tuple[float, float]:
-    """(stall limit, total limit) of the next attempt: never past the operation's deadline."""
+    """(stall limit, total limit) of the next attempt: never past the operation's
+    deadline, nor, for a probe while the store is down, past the follow-up window
+    (StoreDown, untried, when it is spent)."""
     o = op.opts
     hard = o.timeout
+    now = time.monotonic()
     if op.probe:
         stall, hard = min(stall, o.cleanup_timeout), min(hard, o.cleanup_timeout)
-    left = o.deadline - (time.monotonic() - op.last)
-    stall = min(stall, max(left, min(stall, 1.0)))
+        window = op.health.window_left(o, now)
+        if window is not None and window > -o.cleanup_timeout and op.health.probing(o, now):
+            if window <= 0:
+                since = follow_up_window(o) - window
+                raise StoreDown(
+                    f"not tried: the store stopped answering {since:.0f}"
+                    " s ago and the time for the steps that follow that failure "
+                    f"(3 x cleanup_timeout = {follow_up_window(o):g} s) is spent")
+            stall, hard = min(stall, window), min(hard, window)
+    left = o.deadline - (now - op.last)
+    stall = min(stall, max(left, min(stall, LAST_ATTEMPT_MIN)))
     return stall, hard
 
 
@@ -268,8 +303,8 @@ async def call_async(what: str, op: Operation, fn: Callable[[Attempt], Awaitable
     while True:
         n += 1
         att = Attempt(op)
-        s, hard = _limits(op, stall)
         try:
+            s, hard = _limits(op, stall)
             result = await watch(fn(att), att, s, hard)
         except Exception as e:  # noqa: BLE001 - classified below
             if not is_transient(e):
@@ -292,6 +327,7 @@ def call_sync(what: str, op: Operation, fn: Callable[[], T]) -> T:
     while True:
         n += 1
         try:
+            _limits(op, o.timeout)  # a spent follow-up window: StoreDown, untried
             result = fn()
         except Exception as e:  # noqa: BLE001
             if not is_transient(e):

@@ -138,6 +138,17 @@ class StaleUploads:
                      len(aborted), ", ".join(aborted[:5]))
         return aborted
 
+    def entries_under(self, prefix: str) -> list[str]:
+        """The names of the entries directly under ``prefix`` that hold open multipart
+        uploads (S3; best effort, within ``cleanup_timeout``)."""
+        if not self.client.is_s3:
+            return []
+        _, base, _ = self.fs.split_path(prefix)
+        base = base.rstrip("/") + "/"
+        names = {u["Key"][len(base):].split("/", 1)[0] for u in self._listed(prefix)
+                 if u.get("Key", "").startswith(base)}
+        return sorted(n for n in names if n)
+
     def abort_under(self, prefix: str) -> list[str]:
         """Aborts every open multipart upload under ``prefix`` (a prefix being deleted);
         best effort, bounded; returns the keys aborted."""

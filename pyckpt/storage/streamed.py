@@ -17,9 +17,9 @@ import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import progress
-from .base import NewFile
+from .base import LeftoverUploads, NewFile
 
-__all__ = ["StreamedFile", "write_stream"]
+__all__ = ["StreamedFile", "earlier_uploads_of", "write_stream"]
 
 
 class StreamedFile:
@@ -82,17 +82,24 @@ class StreamedFile:
         self._pieces = [(off, p) for off, p in self._pieces if off + len(p) > self._done]
 
 
-def write_stream(store: Any, path: str, size: int, produce: Callable[[], Iterable[Any]]) -> None:
+def write_stream(store: Any, path: str, size: int, produce: Callable[[], Iterable[Any]],
+                 leftovers: LeftoverUploads | None = None) -> None:
     """Writes one new file of ``size`` bytes that ``produce()`` yields in order (as
     bytes-like pieces) through ``store.write_files``, so a stream gets the same
     retries, limits and cleanup as a save's files. ``produce`` may be called again for
     a retry and must give the same bytes. On failure the caller deletes the file.
 
+    ``leftovers``: what the store may clean up beside the write (``write_files``); by
+    default, before it starts, the unfinished multipart uploads of this very object
+    that an earlier writer left (a killed process, a store that died mid-write): a
+    file of a fixed name (an export) is written again by the same route.
+
     A local store's file (``store.local``: no requests to guard, no finalizer that can
     hang) is written straight from the producer's pieces, in order, through its
     atomic ``open_write``: no part buffers, no copy."""
     if not getattr(store, "local", False):
-        store.write_files([StreamedFile(path, size, produce).new_file()])
+        store.write_files([StreamedFile(path, size, produce).new_file()],
+                          leftovers=leftovers or earlier_uploads_of(path))
         return
     done = progress.counter()
     written = 0
@@ -107,3 +114,13 @@ def write_stream(store: Any, path: str, size: int, produce: Callable[[], Iterabl
                 done.add(n)
         if written != size:
             raise ValueError(f"{path}: the producer stopped at byte {written} of {size}")
+
+
+def earlier_uploads_of(path: str) -> LeftoverUploads | None:
+    """The unfinished uploads of the object ``path`` itself, whoever started them,
+    cleaned up before a new write of it (None for an object at a bucket's top)."""
+    folder, _, name = path.rstrip("/").rpartition("/")
+    if "/" not in folder:
+        return None
+    return LeftoverUploads(folder, lambda n: "earlier" if n == name else None, None,
+                           lambda writer: False, first=True)
