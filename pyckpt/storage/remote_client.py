@@ -27,6 +27,12 @@ def _is_s3(fs: Any) -> bool:
         return False
 
 
+def _is_gcs(fs: Any) -> bool:
+    """gcsfs itself (its resumable uploads are driven request by request)."""
+    return type(fs).__module__.startswith("gcsfs") and hasattr(fs, "_call") \
+        and hasattr(fs, "split_path") and hasattr(fs, "loop")
+
+
 def _s3fs_of(fs: Any) -> Any:
     """The s3fs filesystem behind ``fs`` (itself, or the target of a wrapper), or None."""
     for candidate in (fs, getattr(fs, "target", None)):
@@ -163,6 +169,7 @@ class RemoteClient:
         self.is_s3 = _is_s3(fs)
         #: s3fs itself (not a wrapper): requests and response bodies are watched
         self.s3_native = self.is_s3 and self.is_async
+        self.is_gcs = self.is_async and _is_gcs(fs)
         #: multipart uploads this process failed to abort: upload id -> (bucket, key, url);
         #: aborted at the next save to this store (stale_uploads.py); guarded by ``lock``
         self.unaborted = shared.unaborted

@@ -6,6 +6,8 @@ their producers (``NewFile.fill``), so memory stays at about
   file in flight, each part retried on transient errors; the bytes the HTTP
   client sends are watched, so a stalled server is noticed after
   ``stall_timeout`` seconds without a byte (retry.py);
+- on GCS (gcsfs): a resumable upload per file, its parts in order, files in
+  parallel, every request under the watchdog (bounded by the deadline);
 - elsewhere: one streamed ``fs.open(path, "wb")`` per file, files in parallel,
   a failed file retried whole.
 
@@ -34,6 +36,13 @@ from .retry import Attempt, Operation, call_async, call_sync
 from .tasks import bounded, gather_or_cancel
 
 S3_MIN_PART = 5 << 20
+GCS_PART_UNIT = 256 << 10
+
+
+def _client_error(exc: BaseException | None) -> bool:
+    """An HTTP 4xx answer (the server answered: the session is gone)."""
+    code = getattr(exc, "code", None)
+    return isinstance(code, int) and 400 <= code < 500
 _MAX_RECORDED_ABORTS = 10_000
 
 log = logging.getLogger("pyckpt.storage")
@@ -64,8 +73,90 @@ class Uploader:
         done = progress.counter()
         if self.client.is_s3:
             self.client.run(self._s3_upload_all, files, done)
+        elif self.client.is_gcs:
+            self.client.run(self._gcs_upload_all, files, done)
         else:
             self._generic_upload(files, done)
+
+    async def _gcs_upload_all(self, files: Sequence[NewFile], done: Any) -> None:
+        """GCS (gcsfs): every file a resumable upload, its parts sent in order, up to
+        ``max_concurrency`` files at once; each request under the watchdog (bytes are
+        not observable: a request is bounded by what is left of the deadline). On
+        failure the sessions are cancelled and the objects deleted (bounded)."""
+        op = self.client.operation()
+        sem = asyncio.Semaphore(self.opts.max_concurrency)
+        sessions: dict[str, str] = {}
+        try:
+            await gather_or_cancel(self._gcs_upload_file(f, sem, done, op, sessions)
+                                   for f in files)
+        except BaseException as e:
+            await self._gcs_cleanup(e, sessions, [f.path for f in files])
+            raise
+
+    async def _gcs_upload_file(self, file: NewFile, sem: asyncio.Semaphore, done: Any,
+                               op: Operation, sessions: dict[str, str]) -> None:
+        from gcsfs.core import initiate_upload, simple_upload, upload_chunk
+
+        fs, opts, path = self.fs, self.opts, file.path
+        bucket, key, _ = fs.split_path(path)
+        url = self.url(path)
+        # a resumable upload's parts are multiples of 256 KiB, but for the last
+        part_size = max(GCS_PART_UNIT, opts.part_size // GCS_PART_UNIT * GCS_PART_UNIT)
+        async with sem:
+            try:
+                if file.size <= part_size:
+                    body = await asyncio.to_thread(file.fill, 0, bytearray(file.size))
+                    await call_async(f"upload of {url}", op, lambda att: simple_upload(
+                        fs, bucket, key, bytes(body)), stall=opts.timeout)
+                    if done is not None:
+                        done.add(file.size)
+                    return
+                location = await call_async(
+                    f"starting the upload of {url}", op,
+                    lambda att: initiate_upload(fs, bucket, key))
+                sessions[path] = location
+                for b, e in file.parts(part_size):
+                    body = bytes(await asyncio.to_thread(file.fill, b, bytearray(e - b)))
+
+                    async def send(att: Attempt, b: int = b, body: bytes = body) -> Any:
+                        return await upload_chunk(fs, location, body, b, file.size,
+                                                  "application/octet-stream")
+                    await call_async(f"upload of {url} part at bytes [{b}, {e})", op, send,
+                                     stall=opts.timeout)
+                    op.progress()
+                    if done is not None:
+                        done.add(e - b)
+                sessions.pop(path, None)
+            finally:
+                fs.invalidate_cache(path)
+
+    async def _gcs_cleanup(self, error: BaseException, sessions: dict[str, str],
+                           paths: list[str]) -> None:
+        """After a failed GCS upload: cancel its resumable sessions and delete its
+        objects, one attempt each, ``cleanup_timeout`` in all; never raises."""
+        fs = self.fs
+        op = self.client.operation(probe=True, quiet=True)
+        jobs: list[tuple[str, Awaitable[Any]]] = []
+        for path, location in list(sessions.items()):
+            label = f"cancel of the resumable upload of {self.url(path)}"
+
+            async def cancel(att: Attempt, location: str = location) -> Any:
+                return await fs._call("DELETE", location)
+            jobs.append((label, call_async(label, op, cancel)))
+        for path in paths:
+            label = f"delete of {self.url(path)}"
+
+            async def rm(att: Attempt, path: str = path) -> Any:
+                return await fs._rm_file(path)
+            jobs.append((label, call_async(label, op, rm)))
+        results = await bounded(jobs, self.opts.cleanup_timeout)
+        # a cancelled session answers 499 (or 4xx once gone): the object never appears
+        failed = {label: exc for label, exc in results.items()
+                  if not gone(exc) and not (label.startswith("cancel") and _client_error(exc))}
+        for path in paths:
+            fs.invalidate_cache(path)
+        if failed:
+            self._report(error, failed, False)
 
     async def _s3_upload_all(self, files: Sequence[NewFile], done: Any) -> None:
         op = self.client.operation()

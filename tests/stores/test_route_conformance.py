@@ -29,6 +29,9 @@ import uuid
 import pytest
 
 from pyckpt.storage.options import RemoteOptions
+from pyckpt.testing import servers
+from pyckpt.testing.gcs_server import gcs_server
+from pyckpt.testing.requirements import require
 
 HERE = pathlib.Path(__file__).parent
 PACKAGE = pathlib.Path(__import__("pyckpt").__file__).parent
@@ -40,7 +43,7 @@ LIMITS = {"stall_timeout": 2.0, "deadline": 5.0, "cleanup_timeout": 2.0, "backof
 AGAIN = {**LIMITS, "stall_timeout": 10.0, "deadline": 30.0, "cleanup_timeout": 10.0}
 BOUND = RemoteOptions(**LIMITS).failure_bound()
 EXIT_GRACE = 5.0  # seconds from the route's error to its process's exit
-MIB = 128         # bytes each route moves
+MIB = {"s3": 128, "gs": 32}  # MiB each route moves (the GCS emulator is a Python server)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +161,7 @@ class Child:
         self.route, self.phase = route, phase
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "route_child.py"), route.name, phase, url,
-             json.dumps(options), str(work), str(MIB)],
+             json.dumps(options), str(work), str(MIB[url.split(":", 1)[0]])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd=work)
         self.lines: queue.Queue = queue.Queue()
@@ -167,12 +170,12 @@ class Child:
         threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True).start()
         self.result = None
         self.result_at = None  # time.monotonic() the result line arrived
-        self.exited_at = None  # time.monotonic() the process ended
+        self.exited_at = None  # time.time() the process ended (the child's "t" is too)
         threading.Thread(target=self._reap, daemon=True).start()
 
     def _reap(self):
         self.proc.wait()
-        self.exited_at = time.monotonic()
+        self.exited_at = time.time()
 
     def _pump(self):
         for line in self.proc.stdout:
@@ -243,11 +246,11 @@ def _work(tmp_path, route):
     return work
 
 
-def _fs(options):
-    import s3fs
+def _fs(url, options):
+    import fsspec
 
-    fs = s3fs.S3FileSystem(**{k: v for k, v in options.items() if k != "pyckpt"},
-                           skip_instance_cache=True)
+    fs = fsspec.filesystem(url.split(":", 1)[0], skip_instance_cache=True,
+                           **{k: v for k, v in options.items() if k != "pyckpt"})
     fs.invalidate_cache()
     return fs
 
@@ -258,16 +261,20 @@ _HF_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors$")  # its folder's in
 
 def _commits(options, url):
     """The objects under ``url`` that commit something (an index, an export's file)."""
-    fs = _fs(options)
-    root = url.removeprefix("s3://")
+    fs = _fs(url, options)
+    root = url.split("://", 1)[1]
     found = fs.find(root) if fs.exists(root) else []
     return sorted(p[len(root):] for p in found
                   if p.endswith(_COMMITS) and not _HF_SHARD.search(p))
 
 
 def _open_uploads(options, url):
+    """The open multipart uploads under ``url`` (S3; a GCS resumable session cannot be
+    listed, and expires by itself after a week)."""
+    if not url.startswith("s3://"):
+        return []
     bucket, key = url.removeprefix("s3://").split("/", 1)
-    out = _fs(options).call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key + "/")
+    out = _fs(url, options).call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key + "/")
     return sorted(u["Key"] for u in out.get("Uploads") or [])
 
 
@@ -277,13 +284,26 @@ def weed(seaweed_server):
     return seaweed_server
 
 
+@pytest.fixture(scope="module")
+def gcs():
+    """A GCS emulator of this module's own, on disk: its cases stall and kill it."""
+    require("gcsfs", "a storage server or its client")
+    require("gcp_storage_emulator", "a storage server or its client")
+    with gcs_server() as server:
+        servers.make_bucket("gs", server.options, "pyckpt")
+        yield server
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["stall", "kill"])
-def test_every_route_is_bounded_when_the_store_stops(weed, tmp_path, fault):
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_every_route_is_bounded_when_the_store_stops(request, tmp_path, scheme, fault):
     """Every route of ROUTES at once, each in its own process, all in the middle of
-    their transfers when the store is stalled or killed."""
+    their transfers when the store (SeaweedFS over S3, the GCS emulator) is stalled or
+    killed."""
+    weed = request.getfixturevalue("weed" if scheme == "s3" else "gcs")
     options = {**weed.options, "pyckpt": LIMITS}
-    base = f"s3://pyckpt/routes-{fault}-{uuid.uuid4().hex[:8]}"
+    base = f"{scheme}://pyckpt/routes-{fault}-{uuid.uuid4().hex[:8]}"
     _run_all([r for r in ROUTES if r.prepare], "prepare", base, options, tmp_path)
     before = {r.name: _commits(options, f"{base}/{r.name}/dst") for r in ROUTES if r.writes}
 
@@ -330,16 +350,16 @@ def test_every_route_is_bounded_when_the_store_stops(weed, tmp_path, fault):
                             f"{got['message']}")
         if c.proc.returncode != 0 or c.result_at is None:
             problems.append(f"{name}: the process did not end cleanly ({exits.get(name)})")
-        elif c.exited_at is None or c.exited_at - c.result_at > EXIT_GRACE:
+        elif c.exited_at is None or c.exited_at - got["t"] > EXIT_GRACE:
             problems.append(f"{name}: the process ended "
-                            f"{(c.exited_at or time.monotonic()) - c.result_at:.1f} s after "
+                            f"{(c.exited_at or time.time()) - got['t']:.1f} s after "
                             f"its error (at most {EXIT_GRACE} s)\n{c.stderr()}")
         if c.route.writes and _commits(options, f"{base}/{name}/dst") != before[name]:
             problems.append(f"{name} committed during the fault")
-    print(f"\n{fault}: seconds from the fault to the route's error (bound {BOUND:g} s)")
+    print(f"\n{scheme} {fault}: seconds from the fault to the route's error (bound {BOUND:g} s)")
     for c in children:
         if c.result is not None:
-            exit_s = (c.exited_at - c.result_at) if c.exited_at and c.result_at else float("nan")
+            exit_s = c.exited_at - c.result["t"] if c.exited_at else float("nan")
             print(f"  {c.route.name:<22} {c.result['t'] - faulted_wall:6.1f} s, exit "
                   f"{exit_s:4.1f} s later  {c.result['error']}")
     assert not problems, "\n\n".join(problems)
