@@ -258,7 +258,8 @@ def _limits(op: Operation, stall: float) -> tuple[float, float]:
                 raise StoreDown(
                     f"not tried: the store stopped answering {since:.0f}"
                     " s ago and the time for the steps that follow that failure "
-                    f"(3 x cleanup_timeout = {follow_up_window(o):g} s) is spent")
+                    f"(3 x cleanup_timeout = {follow_up_window(o):g} s) is spent; it is "
+                    f"tried again in {o.cleanup_timeout + window:.1f} s")
             stall, hard = min(stall, window), min(hard, window)
     left = o.deadline - (now - op.last)
     stall = min(stall, max(left, min(stall, LAST_ATTEMPT_MIN)))
