@@ -31,8 +31,9 @@ class RawS3:
 
     def __init__(self, so: dict, bucket: str, objects: list[bytes], part: int = 16 * MiB,
                  max_concurrency: int = 64) -> None:
-        self.fs = fsspec.filesystem("s3", **so, skip_instance_cache=True,
-                                    config_kwargs={"max_pool_connections": max_concurrency})
+        config = {**so.get("config_kwargs", {}), "max_pool_connections": max_concurrency}
+        self.fs = fsspec.filesystem("s3", **{**so, "config_kwargs": config},
+                                    skip_instance_cache=True)
         self.bucket, self.part = bucket, part
         self.sizes = [len(o) for o in objects]
         self.parts = [[o[a:a + part] for a in range(0, len(o), part)] for o in objects]
