@@ -29,7 +29,7 @@ from ..format.source import CheckpointSource, KeyedSource
 from ..format.values import left_out_warning, text_values
 from ..sharded import ShardedArray
 from ..storage import Store
-from ..storage.streamed import write_stream
+from ..storage.streamed import earlier_uploads_of, write_stream
 
 MAX_HEADER = 100 << 20
 
@@ -217,7 +217,7 @@ def write_file(src: CheckpointSource, store: Store, path: str,
 
     # through the store's guarded write (retries, stall limits, bounded cleanup; a
     # failed write leaves no object, and a local file is replaced atomically)
-    write_stream(store, path, len(head) + pos, produce)
+    write_stream(store, path, len(head) + pos, produce, earlier_uploads_of(path))
     return pos
 
 

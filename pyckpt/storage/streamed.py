@@ -89,17 +89,15 @@ def write_stream(store: Any, path: str, size: int, produce: Callable[[], Iterabl
     retries, limits and cleanup as a save's files. ``produce`` may be called again for
     a retry and must give the same bytes. On failure the caller deletes the file.
 
-    ``leftovers``: what the store may clean up beside the write (``write_files``); by
-    default, before it starts, the unfinished multipart uploads of this very object
-    that an earlier writer left (a killed process, a store that died mid-write): a
-    file of a fixed name (an export) is written again by the same route.
+    ``leftovers``: what the store may clean up beside the write (``write_files``), e.g.
+    ``earlier_uploads_of(path)`` for a file of a fixed name (an export, written again
+    by the same route after a failure).
 
     A local store's file (``store.local``: no requests to guard, no finalizer that can
     hang) is written straight from the producer's pieces, in order, through its
     atomic ``open_write``: no part buffers, no copy."""
     if not getattr(store, "local", False):
-        store.write_files([StreamedFile(path, size, produce).new_file()],
-                          leftovers=leftovers or earlier_uploads_of(path))
+        store.write_files([StreamedFile(path, size, produce).new_file()], leftovers=leftovers)
         return
     done = progress.counter()
     written = 0

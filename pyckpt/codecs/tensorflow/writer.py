@@ -22,7 +22,7 @@ from ..._native import core as _core
 from ...engine import run
 from ...format import tf_state
 from ...storage import Store
-from ...storage.streamed import write_stream
+from ...storage.streamed import earlier_uploads_of, write_stream
 from .bundle import data_file_name
 from .dtypes import DTYPES, STRING
 from .messages import encode_entry, encode_header, encode_object_graph
@@ -105,7 +105,8 @@ def write_bundle(store: Store, prefix: str,
         store.makedirs(head)
     data = _DataFile(tensors, order, read, progress, total)
     # through the store's guarded write (retries, stall limits, bounded cleanup)
-    write_stream(store, join(data_name), data.size, data.chunks)
+    write_stream(store, join(data_name), data.size, data.chunks,
+                 earlier_uploads_of(join(data_name)))
     store.write_atomic(index_path, build_table([(b"", encode_header(1))] + data.entries()))
     stale = [join(e) for e in store.listdir(head or ".")
              if e.startswith(name + ".data-") and "-of-" in e and e != data_name]
