@@ -20,7 +20,7 @@ from ..format.index import HEADER_SIZE
 from ..storage import Store
 from .run import check_checkpoint_name, delete_checkpoint
 
-__all__ = ["Held", "references_of", "held_files", "retire"]
+__all__ = ["Held", "references_of", "held_files", "retire", "uncommit"]
 
 #: {directory name: names of its files that kept checkpoints reference}
 Held = dict[str, set[str]]
@@ -56,6 +56,22 @@ def held_files(store: Store, directory: str, kept: Iterable[str],
         for at, file in refs:
             out.setdefault(at, set()).add(file)
     return out
+
+
+def uncommit(store: Store, directory: str, names: Iterable[str]) -> None:
+    """Deletes the index of every checkpoint ``names`` of ``directory`` (a link: left to
+    ``retire``, which removes the link only). Retention un-commits every checkpoint it
+    retires before it deletes any data: data that only retiring checkpoints reference
+    is then collected, and never while a retiring checkpoint still looks committed."""
+    indexes = []
+    for name in names:
+        check_checkpoint_name(name, "checkpoint")
+        path = store.join(directory, name)
+        if not store.is_link(path):
+            indexes.append(store.join(path, INDEX_NAME))
+    if indexes:
+        store.delete(indexes)
+        store.sync_dir(directory)
 
 
 def retire(store: Store, directory: str, name: str, held: Held) -> bool:

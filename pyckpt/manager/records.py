@@ -10,7 +10,7 @@ import warnings
 from typing import Any, Callable
 
 from ..engine.commit import read_previous
-from ..engine.references import held_files, retire
+from ..engine.references import held_files, retire, uncommit
 from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
                           committed_steps, parse_step, read_state, recover_state, write_state)
 from ..errors import CheckpointError, CheckpointIOError, add_note
@@ -103,6 +103,7 @@ class Records:
     def cleanup_leftovers(self) -> None:
         """Finishes interrupted deletions and removes never-committed checkpoints."""
         committed = committed_steps(self.store, self.path, self.name, tensorflow=True)
+        uncommit(self.store, self.path, self._state.deleting)  # all first: engine/references.py
         for name in list(self._state.deleting):
             self._delete(name)
         keep = {e.name for e in self.entries()}
@@ -259,6 +260,7 @@ class Records:
         try:
             write_state(self.store, self.path, st)
             if st.deleting:
+                uncommit(self.store, self.path, st.deleting)  # all first: engine/references.py
                 for n in list(st.deleting):
                     self._delete(n)
                 write_state(self.store, self.path, st)
