@@ -19,7 +19,7 @@ from ..format import Manifest
 from ..errors import CheckpointError, CorruptCheckpointError
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import LeftoverUploads, resolve
-from ..storage.streamed import write_stream
+from ..storage.streamed import earlier_uploads_of, write_stream
 from . import naming
 from .read_executor import read_window
 from .write_executor import leftovers
@@ -104,8 +104,10 @@ def copy_files(source: Any, source_options: dict | None, store: Any, dst: str,
     ck = open_checkpoint(source, source_options)
     store.makedirs(dst)
     for f, file in enumerate(ck.manifest.files):
-        if which(file.name):
-            copy_file(ck, f, store, store.join(dst, file.name), on_bytes, window=window)
+        if which(file.name):  # a fixed name, maybe written before by a persist that died
+            path = store.join(dst, file.name)
+            copy_file(ck, f, store, path, on_bytes, window=window,
+                      leftovers=earlier_uploads_of(path))
 
 
 def commit_copied(src_store: Any, src: str, store: Any, dst: str) -> None:
