@@ -111,9 +111,11 @@ def is_live(store: Store, path: str, attempt: str) -> bool:
 
 def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> list[str]:
     """Removes the orphaned data files and dead markers of the committed checkpoint
-    at ``path``; returns the names removed. Does nothing unless a valid index is
-    committed there (the files of an uncommitted or damaged checkpoint are
-    evidence, not garbage)."""
+    at ``path``, and aborts the unfinished uploads (S3 multipart uploads) of data
+    files of attempts that are not live: the committed files are complete, so an
+    upload still open there is a failed writer's; returns the names removed and
+    aborted. Does nothing unless a valid index is committed there (the files of an
+    uncommitted or damaged checkpoint are evidence, not garbage)."""
     names = store.listdir(path)
     markers = [n for n in names if is_marker(n)]
     data = [n for n in names if naming.is_data_file(n)]
@@ -125,7 +127,9 @@ def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> li
         else:
             dead_markers.append(m)
     candidates = [n for n in data if naming.attempt_of(n) not in live]
-    if not candidates and not dead_markers:
+    open_uploads = [n for n in store.unfinished(path)  # [] but on S3: one listing
+                    if naming.is_data_file(n) and naming.attempt_of(n) not in live]
+    if not candidates and not dead_markers and not open_uploads:
         return []
     index = store.join(path, INDEX_NAME)
     try:  # read after judging liveness: see the module doc
@@ -135,4 +139,5 @@ def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> li
     referenced = {f.name for f in committed.files if f.at is None}  # its own files
     doomed = [n for n in candidates if n not in referenced] + dead_markers
     store.delete(store.join(path, n) for n in doomed)
-    return doomed
+    aborted = store.abort_uploads(path, open_uploads) if open_uploads else []
+    return doomed + [n for n in open_uploads if n in aborted and n not in doomed]

@@ -119,7 +119,9 @@ def commit_copied(src_store: Any, src: str, store: Any, dst: str) -> None:
     if manifest.has_references:  # its referenced files were not copied with it
         raise CheckpointError(f"{src_store.url(src)} references other checkpoints' files: "
                               "its index cannot be committed elsewhere as it is")
-    writer.commit(writer.Commit(store, dst, manifest, delete_replaced=False, sweep=False))
+    # the sweep: every worker's upload is done, so any other data file there, or
+    # upload still open, is a failed earlier persist's (nothing marks these copies live)
+    writer.commit(writer.Commit(store, dst, manifest, delete_replaced=False))
 
 
 def read_data_files(store: Any, path: str, manifest: Manifest,

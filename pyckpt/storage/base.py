@@ -133,6 +133,13 @@ class Store(abc.ABC):
         [] where the store has none."""
         return []
 
+    def abort_uploads(self, path: str, names: Sequence[str]) -> list[str]:
+        """Aborts the unfinished uploads (S3 multipart uploads) of the entries
+        ``names`` directly under ``path``; their complete objects, if any, are not
+        touched. Best effort and bounded; returns the names whose uploads were
+        aborted ([] where the store keeps no unfinished uploads)."""
+        return []
+
     def answering(self) -> bool:
         """False while the store counts as down (it stopped answering moments ago and
         has not answered since; docs/PROTOCOL.md 1c): best-effort steps after a

@@ -193,6 +193,9 @@ class FsspecStore(Store):
     def unfinished(self, path: str) -> list[str]:
         return self.stale.entries_under(path)
 
+    def abort_uploads(self, path: str, names: Sequence[str]) -> list[str]:
+        return self.stale.abort_named(path, set(names))
+
     def answering(self) -> bool:
         return not self.io.health.probing(self.opts, time.monotonic())
 

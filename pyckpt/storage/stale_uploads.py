@@ -7,7 +7,9 @@ aborts them. Aborted best effort, each request one attempt, within
   process recorded when its cleanup could not abort them (uploads.py), and,
   under the write's prefix, those of other writers that have ended or began
   more than ``stale_upload_age`` seconds ago;
-- when a prefix is deleted: every open upload under it.
+- when a prefix is deleted: every open upload under it;
+- after a commit, those of the committed directory's data files whose writers
+  are not live (``engine/attempts.sweep``).
 """
 
 from __future__ import annotations
@@ -148,6 +150,20 @@ class StaleUploads:
         names = {u["Key"][len(base):].split("/", 1)[0] for u in self._listed(prefix)
                  if u.get("Key", "").startswith(base)}
         return sorted(n for n in names if n)
+
+    def abort_named(self, prefix: str, names: set[str]) -> list[str]:
+        """Aborts the open multipart uploads of the entries ``names`` directly under
+        ``prefix`` (S3; best effort, bounded); returns the names aborted."""
+        if not self.client.is_s3 or not names:
+            return []
+        _, base, _ = self.fs.split_path(prefix)
+        base = base.rstrip("/") + "/"
+        doomed = {u["UploadId"]: (u["Bucket"], u["Key"], u["UploadId"])
+                  for u in self._listed(prefix)
+                  if u.get("Key", "").startswith(base) and u["Key"][len(base):] in names}
+        if not doomed:
+            return []
+        return sorted({k[len(base):] for k in self._abort_doomed(doomed)})
 
     def abort_under(self, prefix: str) -> list[str]:
         """Aborts every open multipart upload under ``prefix`` (a prefix being deleted);

@@ -250,6 +250,44 @@ def test_left_open_multipart_uploads_of_ended_attempts_are_aborted_at_the_next_s
             fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=k, UploadId=u["UploadId"])
 
 
+def test_a_multi_worker_persist_aborts_what_an_earlier_persist_of_its_name_left_open(
+        seaweed_options, tmp_path):
+    """A persist of node-local tiers (every worker copies its files under their local
+    names, rank 0 commits) into a durable directory where an earlier persist of the
+    same name died mid-upload: its upload was of another attempt's file, which no
+    write of the new persist names. The commit's sweep aborts it; an open upload of
+    a live attempt (its marker) is kept."""
+    from pyckpt.engine.copy import commit_copied, copy_files
+    from pyckpt.storage import resolve
+
+    fs = _fs(seaweed_options)
+    dst = f"pyckpt/persist-left-open-{uuid.uuid4().hex[:8]}/ckpt-1"
+    bucket, key = dst.split("/", 1)
+    uploads = {}
+    for name in ("data-0123456789ab-00000-0000.bin", "data-aaaaaaaaaaaa-00000-0000.bin"):
+        uploads[name] = fs.call_s3("create_multipart_upload", Bucket=bucket,
+                                   Key=f"{key}/{name}")["UploadId"]
+    marker = {"host": "another-host", "pid": 1, "time": time.time()}
+    fs.pipe_file(f"{dst}/pyckpt-attempt-aaaaaaaaaaaa.json", json.dumps(marker).encode())
+    assert set(_open_uploads(seaweed_options, "s3://" + dst)) == {
+        f"{key}/{n}" for n in uploads}
+
+    local = str(tmp_path / "ckpt-1")
+    pyckpt.save({"a": np.arange(1000.0)}, local)
+    store, path = resolve("s3://" + dst, seaweed_options)
+    copy_files(local, None, store, path, lambda name: True)
+    resolved, lpath = resolve(local)
+    commit_copied(resolved, lpath, store, path)
+
+    assert _open_uploads(seaweed_options, "s3://" + dst) == [
+        f"{key}/data-aaaaaaaaaaaa-00000-0000.bin"]
+    np.testing.assert_array_equal(
+        pyckpt.load("s3://" + dst, storage_options=seaweed_options)["a"], np.arange(1000.0))
+    fs.call_s3("abort_multipart_upload", Bucket=bucket,  # leave the shared server clean
+               Key=f"{key}/data-aaaaaaaaaaaa-00000-0000.bin",
+               UploadId=uploads["data-aaaaaaaaaaaa-00000-0000.bin"])
+
+
 def test_slow_but_steady_transfers_are_not_stalls(seaweed_options, rng):
     """Through a proxy that forwards 3 MiB/s per connection, each 16 MiB request takes
     about 5 s, longer than stall_timeout and deadline (3 s): its bytes keep moving, so
