@@ -14,7 +14,9 @@ path and runs the plan one of three ways:
   bytes, and pieces of one file closer than ``gap`` merged into one request.
   Requests go to ``Store.fetch`` in batches of ``batch_bytes`` (the next batch
   is fetched while the current one is verified), and the core verifies every
-  chunk of a batch before it copies the bytes into the destinations.
+  chunk of a batch before it copies the bytes into the destinations. A request
+  for one piece of one destination is received straight into it where the store
+  can (``Store.fetch(into=)``, S3): the core then verifies it in place.
 """
 
 from __future__ import annotations
@@ -190,6 +192,17 @@ def _batches(reqs: list, limit: int) -> list[list]:
     return out
 
 
+def _landing(request: tuple[int, int, int, list]) -> np.ndarray | None:
+    """Where the store may receive a request's bytes: the destination of its one
+    piece, when it has one (its bytes are then verified in place, not copied)."""
+    _, start, end, members = request
+    if len(members) == 1 and members[0].dst is not None:
+        p = members[0]
+        if p.start == start and p.end == end and p.dst.flags.writeable:
+            return p.dst
+    return None
+
+
 def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
                       dsts: Sequence[Any], chunk: int, options: IOOptions) -> None:
     policy = store.fetch_policy()
@@ -202,7 +215,8 @@ def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
 
     def fetch(batch: list) -> list:
         ranges = [(paths[f], s, e) for f, s, e, _ in batch]
-        return _checked(store, store.fetch([ByteRange(*r) for r in ranges]), ranges)
+        return _checked(store, store.fetch([ByteRange(*r) for r in ranges],
+                                           into=[_landing(r) for r in batch]), ranges)
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyckpt-prefetch") as pool:
         pending = pool.submit(fetch, batches[0]) if batches else None

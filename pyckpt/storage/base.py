@@ -168,10 +168,14 @@ class Store(abc.ABC):
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Bytes [start, end) for each range, fetched concurrently where possible."""
 
-    def fetch(self, ranges: Sequence[ByteRange]) -> list[Any]:
+    def fetch(self, ranges: Sequence[ByteRange], into: Sequence[Any] | None = None) -> list[Any]:
         """The bytes of each range (bytes or another buffer), in order; concurrent where
         the backend can. A range past the object's end comes back short: the caller
-        checks lengths. This version calls ``read_ranges`` once per object."""
+        checks lengths. ``into``: per range, None or a writable contiguous buffer of
+        exactly its size, where the store may receive its bytes (then the buffer given
+        for it is the one returned: no copy); stores may ignore it, and a failed fetch
+        may leave any of them partly written. This version ignores it and calls
+        ``read_ranges`` once per object."""
         out: list[Any] = [b""] * len(ranges)
         by_path: dict[str, list[int]] = {}
         for i, r in enumerate(ranges):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import CorruptCheckpointError
 from .base import ByteRange
@@ -26,23 +26,27 @@ class Downloader:
         self.opts = client.opts
         self.url = client.url
 
-    def fetch(self, ranges: Sequence[ByteRange]) -> list[bytes]:
-        """The bytes of each range, fetched concurrently (one operation of retry.py)."""
+    def fetch(self, ranges: Sequence[ByteRange], into: Sequence[Any] | None = None) -> list[Any]:
+        """The bytes of each range, fetched concurrently (one operation of retry.py).
+        ``into``: per range, None or a writable buffer of its size that S3 bodies are
+        received into (``Store.fetch``)."""
         if not ranges:
             return []
         if self.client.is_async:
-            return self._run_fetch(list(ranges))
+            return self._run_fetch(list(ranges), list(into) if into is not None
+                                   else [None] * len(ranges))
         op = self.client.operation()
         workers = max(1, min(len(ranges), self.opts.max_concurrency))
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="pyckpt-get") as pool:
             return list(pool.map(lambda r: self._fetch_one_sync(op, *r), ranges))
 
-    def _run_fetch(self, ranges: list[ByteRange]) -> list[bytes]:
-        return self.client.run(self._fetch_async, ranges)
+    def _run_fetch(self, ranges: list[ByteRange], into: list[Any]) -> list[Any]:
+        return self.client.run(self._fetch_async, ranges, into)
 
-    def _check(self, data: bytes, path: str, start: int, end: int) -> bytes:
-        if len(data) != end - start:
-            raise CorruptCheckpointError(f"'{self.url(path)}' returned {len(data)} bytes for "
+    def _check(self, data: Any, path: str, start: int, end: int) -> Any:
+        n = memoryview(data).nbytes
+        if n != end - start:
+            raise CorruptCheckpointError(f"'{self.url(path)}' returned {n} bytes for "
                                          f"bytes [{start}, {end}) (truncated object?)")
         return data
 
@@ -51,7 +55,7 @@ class Downloader:
                          lambda: self.fs.cat_file(path, start=start, end=end))
         return self._check(data, path, start, end)
 
-    async def _fetch_async(self, ranges: list[ByteRange]) -> list[bytes]:
+    async def _fetch_async(self, ranges: list[ByteRange], into: list[Any]) -> list[Any]:
         sem = asyncio.Semaphore(self.opts.max_concurrency)
         op = self.client.operation()
         s3 = self.client.s3_native
@@ -59,17 +63,17 @@ class Downloader:
             for bucket in {self.fs.split_path(p)[0] for p, _, _ in ranges}:
                 await self.client.hook_client(bucket)
 
-        async def one(path: str, start: int, end: int) -> bytes:
+        async def one(path: str, start: int, end: int, dst: Any) -> Any:
             if end <= start:
                 return b""
             async with sem:
                 what = f"read of {self.url(path)} bytes [{start}, {end})"
                 if s3:
-                    data = await call_async(what, op,
-                                            lambda att: self.client.s3_get(att, path, start, end))
+                    data = await call_async(what, op, lambda att: self.client.s3_get(
+                        att, path, start, end, dst))
                 else:  # the bytes of _cat_file cannot be watched: a transfer's limit
                     data = await call_async(what, op, lambda att: self.fs._cat_file(
                         path, start=start, end=end), stall=self.opts.timeout)
             return self._check(data, path, start, end)
 
-        return list(await gather_or_cancel(one(*r) for r in ranges))
+        return list(await gather_or_cancel(one(*r, d) for r, d in zip(ranges, into)))

@@ -186,9 +186,10 @@ class FsspecStore(Store):
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         return self.downloads.fetch([ByteRange(path, s, e) for s, e in ranges])
 
-    def fetch(self, ranges: Sequence[ByteRange]) -> list[Any]:
-        """The ranges, up to ``max_concurrency`` requests at once, each retried."""
-        return self.downloads.fetch(ranges)
+    def fetch(self, ranges: Sequence[ByteRange], into: Sequence[Any] | None = None) -> list[Any]:
+        """The ranges, up to ``max_concurrency`` requests at once, each retried; on S3
+        received straight into ``into``'s buffers where given."""
+        return self.downloads.fetch(ranges, into)
 
     def unfinished(self, path: str) -> list[str]:
         return self.stale.entries_under(path)

@@ -14,6 +14,7 @@ import threading
 import weakref
 from typing import Any, Awaitable, Callable
 
+from ..errors import CorruptCheckpointError
 from .options import RemoteOptions
 from .retry import Attempt, Health, Operation, call_async, current_attempt
 
@@ -222,9 +223,13 @@ class RemoteClient:
         body = PartBody(data, att) if watched else data
         return await self.fs._call_s3(method, Body=body, **kw)
 
-    async def s3_get(self, att: Attempt, path: str, start: int | None, end: int | None) -> bytes:
-        """One GET of the object (or of bytes [start, end)), its body read in chunks, each
-        chunk progress of the attempt."""
+    async def s3_get(self, att: Attempt, path: str, start: int | None, end: int | None,
+                     into: Any = None) -> Any:
+        """One GET of the object (or of bytes [start, end)), every piece of its body
+        progress of the attempt. ``into``: a writable buffer of exactly end - start
+        bytes that the body is received into (returned when it filled it exactly; a
+        shorter answer comes back as the part received, for the caller's length
+        check); else the bytes are returned."""
         bucket, key, version = self.fs.split_path(path)
         kw: dict = {}
         if start is not None and end is not None:
@@ -234,8 +239,10 @@ class RemoteClient:
         resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **kw)
         att.progress()
         body = resp["Body"]
-        chunks = []
         try:
+            if into is not None:
+                return await _receive_into(body, into, att, self.url(path), start, end)
+            chunks = []
             while True:
                 chunk = await body.read(_READ_CHUNK)
                 if not chunk:
@@ -267,3 +274,36 @@ class RemoteClient:
                              stall=self.opts.stall_timeout if watched else self.opts.timeout)
 
         self.run(go)
+
+
+async def _receive_into(body: Any, into: Any, att: Attempt, url: str, start: int | None,
+                        end: int | None) -> Any:
+    """Receives a GET's ``body`` into the buffer ``into``, one network read at a time
+    (aiohttp's ``readchunk`` hands over the bytes it received, without joining them:
+    each byte is copied once, into place). More bytes than ``into`` holds raise
+    ``CorruptCheckpointError``; fewer come back as the part filled."""
+    view = memoryview(into).cast("B")
+    size = view.nbytes
+    content = getattr(getattr(body, "raw_stream", None), "content", None)
+    readchunk = getattr(content, "readchunk", None)
+    pos = 0
+    while True:
+        if readchunk is not None and content is not None:
+            chunk, _ = await readchunk()
+            if not chunk:
+                if content.at_eof():
+                    break
+                continue  # the end of an HTTP chunk
+        else:  # another HTTP backend: bounded reads
+            chunk = await body.read(min(_READ_CHUNK, size - pos + 1))
+            if not chunk:
+                break
+        n = len(chunk)
+        if pos + n > size:
+            raise CorruptCheckpointError(f"'{url}' returned more than the {size} bytes of "
+                                         f"bytes [{start}, {end}) (a changed object?)")
+        view[pos:pos + n] = chunk
+        pos += n
+        att.progress()
+    return into if pos == size else view[:pos]
+

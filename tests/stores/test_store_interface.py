@@ -31,9 +31,9 @@ class BytesOnlyStore(LocalStore):
     def native_path(self, path):
         return None
 
-    def fetch(self, ranges):
+    def fetch(self, ranges, into=None):
         self.fetched.append(list(ranges))
-        return super().fetch(ranges)
+        return super().fetch(ranges, into)
 
     def write_files(self, files, *, leftovers=None):
         self.written.append(list(files))
@@ -45,7 +45,7 @@ class NativeOnlyStore(LocalStore):
     """A local store whose byte-level bulk methods fail: the engine must take the
     native path (the C++ core opens the files itself) for every bulk read and write."""
 
-    def fetch(self, ranges):
+    def fetch(self, ranges, into=None):
         raise AssertionError("fetch used although the store has native paths")
 
     def write_files(self, files, *, leftovers=None):
@@ -112,8 +112,8 @@ def test_checksums_are_verified_for_stores_without_native_paths(tmp_path, rng):
 
 def test_a_short_answer_of_the_store_is_corruption(tmp_path, rng):
     class Truncating(BytesOnlyStore):
-        def fetch(self, ranges):
-            return [data[:-1] for data in super().fetch(ranges)]
+        def fetch(self, ranges, into=None):
+            return [data[:-1] for data in super().fetch(ranges, into)]
 
     store = Truncating()
     path = str(tmp_path / "ck")

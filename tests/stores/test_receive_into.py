@@ -1,0 +1,118 @@
+"""S3 bodies received straight into their destinations (``Store.fetch(into=)``): the
+reader passes, for a request that is one piece of one destination array, that array's
+bytes; the store receives the body there and the core verifies it in place. The
+checks that guard the bytes are the same: a wrong length or a flipped byte raises."""
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+
+import pyckpt
+from pyckpt.storage import fsspec_store
+from pyckpt.storage.remote_client import _receive_into
+
+
+class _Content:
+    """aiohttp's StreamReader, as far as ``_receive_into`` uses it."""
+
+    def __init__(self, pieces):
+        self.pieces = list(pieces)
+
+    async def readchunk(self):
+        if self.pieces:
+            piece = self.pieces.pop(0)
+            return piece, piece == b""  # b"": the end of an HTTP chunk
+        return b"", False
+
+    def at_eof(self):
+        return not self.pieces
+
+
+class _Body:
+    def __init__(self, pieces):
+        self.raw_stream = type("Response", (), {"content": _Content(pieces)})()
+
+
+class _Attempt:
+    def __init__(self):
+        self.progressed = 0
+
+    def progress(self):
+        self.progressed += 1
+
+
+def _receive(pieces, size):
+    into = np.zeros(size, np.uint8)
+    att = _Attempt()
+    got = asyncio.run(_receive_into(_Body(pieces), into, att, "s3://b/k", 0, size))
+    return into, got, att
+
+
+def test_a_body_lands_in_place_piece_by_piece():
+    into, got, att = _receive([b"abc", b"", b"defg", b"h"], 8)
+    assert got is into
+    assert into.tobytes() == b"abcdefgh"
+    assert att.progressed == 3  # one per piece of the body
+
+
+def test_a_short_body_comes_back_as_the_part_received():
+    into, got, _ = _receive([b"abc"], 8)
+    assert got is not into and bytes(got) == b"abc"  # the caller's length check names it
+
+
+def test_a_body_longer_than_asked_is_corruption_naming_the_range():
+    with pytest.raises(pyckpt.CorruptCheckpointError,
+                       match=r"s3://b/k' returned more than the 4 bytes of bytes \[0, 4\)"):
+        _receive([b"abc", b"de"], 4)
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """What FsspecStore.fetch was given and gave back."""
+    calls = []
+    real = fsspec_store.FsspecStore.fetch
+
+    def spy(self, ranges, into=None):
+        out = real(self, ranges, into)
+        calls.append((list(into or [None] * len(ranges)), out))
+        return out
+
+    monkeypatch.setattr(fsspec_store.FsspecStore, "fetch", spy)
+    return calls
+
+
+def test_loads_from_s3_receive_into_the_destinations(seaweed_options, fetched, rng):
+    opts = {**seaweed_options, "pyckpt": {"read_request_max": 1 << 20}}
+    url = f"s3://pyckpt/into-{uuid.uuid4().hex[:8]}"
+    tree = {"big": rng.standard_normal(600_000),                # 5 requests of 1 MiB or less
+            "t": np.asfortranarray(rng.standard_normal((300, 200))),  # not contiguous
+            "small": np.arange(10, dtype=np.int16)}
+    pyckpt.save(tree, url, storage_options=opts)
+    into = {"big": np.zeros(600_000), "t": np.asfortranarray(np.zeros((300, 200))),
+            "small": np.zeros(10, np.int16)}
+    pyckpt.load(url, storage_options=opts, into=into)
+    for k in tree:
+        np.testing.assert_array_equal(into[k], tree[k])
+    landed = [(d, b) for dsts, bufs in fetched for d, b in zip(dsts, bufs) if d is not None]
+    assert landed and all(b is d for d, b in landed)  # no second buffer, no copy
+    assert sum(d.nbytes for d, _ in landed) >= into["big"].nbytes
+    assert any(np.shares_memory(d, into["big"]) for d, _ in landed)
+    out = pyckpt.load(url, storage_options=opts)  # new arrays: the same way
+    for k in tree:
+        np.testing.assert_array_equal(out[k], tree[k])
+
+
+def test_a_flipped_byte_received_in_place_is_caught(seaweed_options, rng):
+    import s3fs
+
+    url = f"s3://pyckpt/into-flip-{uuid.uuid4().hex[:8]}"
+    pyckpt.save({"a": rng.standard_normal(200_000)}, url, storage_options=seaweed_options)
+    fs = s3fs.S3FileSystem(**{k: v for k, v in seaweed_options.items() if k != "pyckpt"})
+    name = next(p for p in fs.ls(url.removeprefix("s3://")) if "/data-" in p)
+    data = bytearray(fs.cat_file(name))
+    data[123_456] ^= 0x10
+    fs.pipe_file(name, bytes(data))
+    with pytest.raises(pyckpt.CorruptCheckpointError, match=r"data-.*bytes \["):
+        pyckpt.load(url, storage_options=seaweed_options, into={"a": np.zeros(200_000)})
