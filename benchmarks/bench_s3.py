@@ -63,9 +63,13 @@ BUCKET = "bench"
 SAVE_A, SAVE_B = "s3fs limit A (pipe_file)", "s3fs limit B (pipe N)"
 LOAD_A, LOAD_B = "s3fs limit A (cat_file)", "s3fs limit B (cat N)"
 SAVE_C, LOAD_C = "raw limit C (upload_part)", "raw limit C (ranged get)"
+LOAD_CF = "raw limit C (get, new buf)"
 PY_SAVE, PY_LOAD, PY_INTO = "pyckpt.save", "pyckpt.load", "pyckpt.load(into=)"
 DCP_SAVE, DCP_LOAD = "torch DCP save", "torch DCP load(into)"
 LIMITS = {"save": (SAVE_A, SAVE_B, SAVE_C), "load": (LOAD_A, LOAD_B, LOAD_C)}
+#: a load that returns new arrays is held to the limits that make new buffers too
+#: (A and B return new bytes; C's fresh variant allocates its buffer per load)
+FRESH_LIMITS = (LOAD_A, LOAD_B, LOAD_CF)
 PYCKPT_ROWS = {"save": (PY_SAVE,), "load": (PY_LOAD, PY_INTO)}
 DCP_PAIRS = {DCP_SAVE: PY_SAVE, DCP_LOAD: PY_INTO}
 TARGET = 0.90
@@ -347,7 +351,9 @@ def make_groups(b: Bench, meter: CpuMeter, with_dcp: bool, raw: Any = None,
             step(SAVE_C, "save", lambda: raw.save(f"{cur['C']}", best["save"]),
                  meta={"kind": f"{best['save']} conc"}),
             step(LOAD_C, "load", lambda: raw.load(f"{cur['C']}", best["load"]), check=c_check,
-                 meta={"kind": f"{best['load']} conc"})],
+                 meta={"kind": f"{best['load']} conc"}),
+            step(LOAD_CF, "load", lambda: raw.load(f"{cur['C']}", best["load"], fresh=True),
+                 check=c_check, meta={"kind": "fresh"})],
             **cur.hooks("C", "limitC")))
     if with_dcp:
         FsspecWriter, FsspecReader = _fsspec_writer_reader()
@@ -380,11 +386,17 @@ def ratio(res: Results, phase: str, own: str, ref: str) -> dict | None:
     return compare(rows.get(own) or [], rows.get(ref) or [], speed=True)
 
 
-def best_limit(summary: dict, phase: str) -> str | None:
-    """The fastest limit of ``phase`` (by median time): the two s3fs limits and the
-    server's raw limit C."""
+def limits_for(phase: str, name: str) -> tuple[str, ...]:
+    """The limits contender ``name`` is held to: a load returning new arrays to
+    those that make new buffers (FRESH_LIMITS), every other to ``LIMITS[phase]``."""
+    return FRESH_LIMITS if (phase, name) == ("load", PY_LOAD) else LIMITS[phase]
+
+
+def best_limit(summary: dict, phase: str, name: str) -> str | None:
+    """The fastest (by median time) of the limits ``name`` is held to: the two s3fs
+    limits and the server's raw limit C (``limits_for``)."""
     rows = summary.get(phase, {}).get("contenders", {})
-    present = [n for n in LIMITS[phase] if n in rows]
+    present = [n for n in limits_for(phase, name) if n in rows]
     return min(present, key=lambda n: rows[n]["median_s"]) if present else None
 
 
@@ -396,8 +408,8 @@ def print_phase(phase: str, summary: dict, res: Results, nbytes: int) -> None:
     rows = summary.get(phase, {}).get("contenders", {})
     if not rows:
         return
-    lim_a, lim_b, lim_c = LIMITS[phase]
     for name, s in rows.items():
+        lim_a, lim_b, lim_c = limits_for(phase, name)
         s["vs_A"] = ratio(res, phase, name, lim_a)
         s["vs_B"] = ratio(res, phase, name, lim_b)
         s["vs_C"] = ratio(res, phase, name, lim_c)
@@ -409,11 +421,13 @@ def print_phase(phase: str, summary: dict, res: Results, nbytes: int) -> None:
             Column("cpu srv s", 10, lambda n, s: _fmt(s.get("server_cpu_s"))),
             Column("busy", 5, lambda n, s: f"{s['busy']:.0%}" if "busy" in s else "-")]
     print_table(f"== {phase.upper()}  ({nbytes / GiB:.3f} GiB state; GB/s = 1e9 bytes/s; "
-                f"vs A / vs B = throughput / that s3fs limit's;\n   cpu cli / srv = median CPU "
+                f"vs A / vs B / vs C = throughput / that limit's (pyckpt.load: C's new-buffer "
+                f"variant);\n   cpu cli / srv = median CPU "
                 f"seconds of this process / the SeaweedFS server; busy = their sum / (time x "
                 f"cores))", rows, cols)
     print("  per-round pairs (throughput / the limit's, same round):")
     for name in PYCKPT_ROWS[phase]:
+        lim_a, lim_b, lim_c = limits_for(phase, name)
         for lim, key in ((lim_a, "vs_A"), (lim_b, "vs_B"), (lim_c, "vs_C")):
             r = rows.get(name, {}).get(key)
             if r and r["pair_ratios"]:
@@ -428,9 +442,9 @@ def print_phase(phase: str, summary: dict, res: Results, nbytes: int) -> None:
 def targets(summary: dict, res: Results) -> list[dict]:
     out = []
     for phase in ("save", "load"):
-        lim = best_limit(summary, phase)
         rows = summary.get(phase, {}).get("contenders", {})
         for name in PYCKPT_ROWS[phase]:
+            lim = best_limit(summary, phase, name)
             r = ratio(res, phase, name, lim) if lim and name in rows else None
             out.append({"phase": phase, "contender": name, "limit": lim,
                         "ratio": r and r["ratio"], "pair_ratio_median": r and r["pair_ratio_median"],

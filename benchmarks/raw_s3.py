@@ -5,7 +5,11 @@ client steps botocore allows, at the best concurrency.
   state once, untimed) sent with ``upload_part`` by up to ``concurrency`` requests at
   once over all objects, then ``complete_multipart_upload``;
 * load: ranged ``get_object`` requests of ``part`` bytes, up to ``concurrency`` at
-  once, each body read into its place in one preallocated buffer.
+  once, each body received into its place in one buffer as the network hands it over
+  (aiohttp's ``readchunk``: every byte copied once). The buffer is allocated once and
+  reused (``load``; the limit for loads into preallocated arrays), or allocated anew
+  for every load (``load(fresh=True)``; the limit for loads that return new arrays,
+  which pay the kernel's page faults of new memory).
 
 Everything runs on s3fs's event loop through its aiobotocore client (the same client
 pyckpt and DCP use), with a connection pool large enough for the highest concurrency.
@@ -21,6 +25,7 @@ import time
 from typing import Any
 
 import fsspec
+import numpy as np
 from fsspec.asyn import sync
 
 MiB = 1 << 20
@@ -37,8 +42,8 @@ class RawS3:
         self.bucket, self.part = bucket, part
         self.sizes = [len(o) for o in objects]
         self.parts = [[o[a:a + part] for a in range(0, len(o), part)] for o in objects]
-        self.into = bytearray(sum(self.sizes))
-        self.into_view = memoryview(self.into)
+        self.into = np.empty(sum(self.sizes), np.uint8)
+        self.into[:] = 0  # its pages exist: reused loads pay no page faults
         self.offsets = [sum(self.sizes[:i]) for i in range(len(objects))]
 
     def _key(self, prefix: str, i: int) -> str:
@@ -68,20 +73,30 @@ class RawS3:
 
         await asyncio.gather(*(one(i) for i in range(len(self.parts))))
 
-    async def _load(self, prefix: str, concurrency: int) -> None:
+    async def _load(self, prefix: str, concurrency: int, into: np.ndarray) -> None:
         sem = asyncio.Semaphore(concurrency)
+        view = memoryview(into)
 
         async def get(i: int, a: int, b: int) -> None:
             async with sem:
                 resp = await self._call("get_object", Bucket=self.bucket,
                                         Key=self._key(prefix, i), Range=f"bytes={a}-{b - 1}")
                 body = resp["Body"]
-                data = await body.read()
+                content = body.raw_stream.content
+                pos = start = self.offsets[i] + a
+                while True:
+                    chunk, _ = await content.readchunk()
+                    if not chunk:
+                        if content.at_eof():
+                            break
+                        continue
+                    if pos + len(chunk) > start + b - a:
+                        raise AssertionError(f"long read of object {i} [{a}, {b})")
+                    view[pos:pos + len(chunk)] = chunk
+                    pos += len(chunk)
                 body.close()
-            if len(data) != b - a:
+            if pos - start != b - a:
                 raise AssertionError(f"short read of object {i} [{a}, {b})")
-            start = self.offsets[i] + a
-            self.into_view[start:start + len(data)] = data
 
         await asyncio.gather(*(get(i, a, min(a + self.part, size))
                                for i, size in enumerate(self.sizes)
@@ -90,9 +105,10 @@ class RawS3:
     def save(self, prefix: str, concurrency: int) -> None:
         sync(self.fs.loop, self._save, prefix, concurrency)
 
-    def load(self, prefix: str, concurrency: int) -> bytearray:
-        sync(self.fs.loop, self._load, prefix, concurrency)
-        return self.into
+    def load(self, prefix: str, concurrency: int, fresh: bool = False) -> np.ndarray:
+        into = np.empty(len(self.into), np.uint8) if fresh else self.into
+        sync(self.fs.loop, self._load, prefix, concurrency, into)
+        return into
 
     def sweep(self, prefix: str, concurrencies: tuple[int, ...], rounds: int,
               clean: Any) -> dict:

@@ -14,9 +14,10 @@ path and runs the plan one of three ways:
   bytes, and pieces of one file closer than ``gap`` merged into one request.
   Requests go to ``Store.fetch`` in batches of ``batch_bytes`` (the next batch
   is fetched while the current one is verified), and the core verifies every
-  chunk of a batch before it copies the bytes into the destinations. A request
-  for one piece of one destination is received straight into it where the store
-  can (``Store.fetch(into=)``, S3): the core then verifies it in place.
+  chunk of a batch before it copies the bytes into the destinations. Where the
+  store can (``Store.fetch(into=)``, S3), a request's bytes are received straight
+  into the destinations of its pieces (``_Landing``): the core then verifies them
+  in place, and no buffer of the request's size is made.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 from .. import progress
 from .._native import core as _core
 from ..errors import CorruptCheckpointError
-from ..storage import ByteRange, Store
+from ..storage import ByteRange, Store, buffer_size
 from ..storage.local import map_file
 from .options import IOOptions
 
@@ -124,7 +125,7 @@ def _checked(store: Store, bufs: Sequence[Any], ranges: Sequence[tuple[str, int,
         raise CorruptCheckpointError(f"the store returned {len(out)} buffers for "
                                      f"{len(ranges)} ranged reads")
     for data, (path, start, end) in zip(out, ranges):
-        n = memoryview(data).nbytes
+        n = buffer_size(data)
         if n != end - start:
             raise CorruptCheckpointError(f"'{store.url(path)}' returned {n} bytes for bytes "
                                          f"[{start}, {end}) (truncated object?)")
@@ -192,15 +193,36 @@ def _batches(reqs: list, limit: int) -> list[list]:
     return out
 
 
-def _landing(request: tuple[int, int, int, list]) -> np.ndarray | None:
-    """Where the store may receive a request's bytes: the destination of its one
-    piece, when it has one (its bytes are then verified in place, not copied)."""
-    _, start, end, members = request
-    if len(members) == 1 and members[0].dst is not None:
-        p = members[0]
-        if p.start == start and p.end == end and p.dst.flags.writeable:
-            return p.dst
-    return None
+class _Landing:
+    """Where the store may receive a request's bytes (``Store.fetch(into=)``): the
+    destination of each piece in turn, and new buffers for the bytes between pieces
+    and for pieces without a destination (verify only). ``member[j]`` is the buffer
+    of the request's j-th piece, verified in place there."""
+
+    __slots__ = ("segments", "member")
+
+    def __init__(self, segments: list[np.ndarray], member: list[np.ndarray]) -> None:
+        self.segments, self.member = segments, member
+
+    @staticmethod
+    def of(request: tuple[int, int, int, list]) -> "_Landing | None":
+        """None when no piece has a writable destination or the pieces overlap (a
+        damaged index: then the plain way, whose checks name it)."""
+        _, start, end, members = request
+        if not any(p.dst is not None and p.dst.flags.writeable for p in members):
+            return None
+        segments, member, at = [], [], start
+        for p in members:
+            if p.start < at:
+                return None
+            if p.start > at:
+                segments.append(np.empty(p.start - at, np.uint8))
+            own = p.dst is not None and p.dst.flags.writeable
+            buf = p.dst if own else np.empty(p.end - p.start, np.uint8)
+            segments.append(buf)
+            member.append(buf)
+            at = p.end
+        return _Landing(segments, member) if at == end else None
 
 
 def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
@@ -213,29 +235,43 @@ def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
     reqs = _requests(pieces, policy.gap, max(request_max, piece_max))
     batches = _batches(reqs, policy.batch_bytes)
 
-    def fetch(batch: list) -> list:
+    def fetch(batch: list) -> tuple[list, list]:
         ranges = [(paths[f], s, e) for f, s, e, _ in batch]
-        return _checked(store, store.fetch([ByteRange(*r) for r in ranges],
-                                           into=[_landing(r) for r in batch]), ranges)
+        landings = [_Landing.of(r) for r in batch]
+        got = store.fetch([ByteRange(*r) for r in ranges],
+                          into=[x and x.segments for x in landings])
+        # a store that received a request into its segments hands back that very list
+        landed = [x if x is not None and b is x.segments else None
+                  for x, b in zip(landings, got)]
+        return _checked(store, got, ranges), landed
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyckpt-prefetch") as pool:
         pending = pool.submit(fetch, batches[0]) if batches else None
         for k, batch in enumerate(batches):
             assert pending is not None
-            bufs = pending.result()
+            bufs, landed = pending.result()
             pending = pool.submit(fetch, batches[k + 1]) if k + 1 < len(batches) else None
-            _verify_batch(store, paths, plan, batch, bufs, chunk, options)
+            _verify_batch(store, paths, plan, batch, bufs, landed, chunk, options)
     for dst, tmp in post:
         np.copyto(dst, tmp)
 
 
 def _verify_batch(store: Store, paths: Mapping[int, str], plan: ReadPlan, batch: list,
-                  bufs: list, chunk: int, options: IOOptions) -> None:
+                  bufs: list, landed: list, chunk: int, options: IOOptions) -> None:
+    names, buffers, bases = [], [], []
     keys, sources, offsets, nbytes, dsts, crc_parts = [], [], [], [], [], []
-    for r, (_, _, _, members) in enumerate(batch):
-        for p in members:
+    for r, (f, start, _, members) in enumerate(batch):
+        if landed[r] is None:  # one buffer of the request's bytes, copied out
+            names.append(store.url(paths[f]))
+            buffers.append(bufs[r])
+            bases.append(start)
+        for j, p in enumerate(members):
+            if landed[r] is not None:  # each piece in its own buffer, checked there
+                names.append(store.url(paths[f]))
+                buffers.append(landed[r].member[j])
+                bases.append(p.start)
             keys.append(p.key)
-            sources.append(r)
+            sources.append(len(buffers) - 1)
             offsets.append(p.start)
             nbytes.append(p.end - p.start)
             dsts.append(p.dst)
@@ -244,6 +280,6 @@ def _verify_batch(store: Store, paths: Mapping[int, str], plan: ReadPlan, batch:
     crc_begin = np.zeros(len(keys) + 1, dtype=np.uint64)
     np.cumsum(lens, out=crc_begin[1:])
     crcs = np.concatenate(crc_parts) if crc_parts else np.zeros(0, np.uint32)
-    verify([store.url(paths[f]) for f, _, _, _ in batch], bufs, [s for _, s, _, _ in batch], keys,
-           np.asarray(sources, dtype=np.uint32), np.asarray(offsets, dtype=np.uint64),
-           np.asarray(nbytes, dtype=np.uint64), crcs, crc_begin, dsts, chunk, options)
+    verify(names, buffers, bases, keys, np.asarray(sources, dtype=np.uint32),
+           np.asarray(offsets, dtype=np.uint64), np.asarray(nbytes, dtype=np.uint64), crcs,
+           crc_begin, dsts, chunk, options)

@@ -189,8 +189,12 @@ class Records:
 
     def remove_uncommitted(self, name: str) -> None:
         """Best effort: removes ``<name>`` (files uploaded by a failed persist) unless a
-        checkpoint of that name is committed."""
+        checkpoint of that name is committed. While the store is not answering, no
+        request: what is left there is removed by the next persist of that name (its
+        commit's sweep) or the next manager's first cleanup."""
         path = self.store.join(self.path, name)
+        if not self.store.answering():
+            return
         try:
             if read_previous(self.store, path) is None:
                 self.store.rmtree(path)
@@ -214,6 +218,8 @@ class Records:
             except BaseException as e:
                 self.roll_back(name, e)
                 raise
+            if name in self._state.deleting:  # marked by an earlier failed try: committed now
+                self._state.deleting.remove(name)
             if not self.cleaned:
                 self.cleanup_leftovers()
             self.record(name, number, metrics)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import ByteRange, FetchPolicy, LeftoverUploads, NewFile, Store
+from .base import ByteRange, FetchPolicy, LeftoverUploads, NewFile, Store, buffer_size
 from .local import LocalStore
 
-__all__ = ["ByteRange", "FetchPolicy", "LeftoverUploads", "LocalStore", "NewFile", "Store",
+__all__ = ["ByteRange", "FetchPolicy", "LeftoverUploads", "LocalStore", "NewFile", "Store", "buffer_size",
            "resolve"]
 
 _LOCAL = LocalStore()

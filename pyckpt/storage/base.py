@@ -53,6 +53,14 @@ class NewFile(NamedTuple):
                 for b in range(0, self.size, part_size)] or [(0, 0)]
 
 
+def buffer_size(data: Any) -> int:
+    """The bytes a ranged read returned: in one buffer, or in the list of buffers it
+    was received into (``Store.fetch(into=)``)."""
+    if isinstance(data, list):
+        return sum(memoryview(b).nbytes for b in data)
+    return memoryview(data).nbytes
+
+
 class LeftoverUploads(NamedTuple):
     """What a store that keeps unfinished uploads (S3 multipart uploads) may clean up
     beside a write under ``prefix``: the uploads of objects whose name ``owner``
@@ -171,11 +179,11 @@ class Store(abc.ABC):
     def fetch(self, ranges: Sequence[ByteRange], into: Sequence[Any] | None = None) -> list[Any]:
         """The bytes of each range (bytes or another buffer), in order; concurrent where
         the backend can. A range past the object's end comes back short: the caller
-        checks lengths. ``into``: per range, None or a writable contiguous buffer of
-        exactly its size, where the store may receive its bytes (then the buffer given
-        for it is the one returned: no copy); stores may ignore it, and a failed fetch
-        may leave any of them partly written. This version ignores it and calls
-        ``read_ranges`` once per object."""
+        checks lengths (``buffer_size``). ``into``: per range, None or a list of
+        writable contiguous buffers whose sizes add up to the range's, where the store
+        may receive its bytes in order (it then returns that very list for the range:
+        no copy); stores may ignore it, and a failed fetch may leave any of them partly
+        written. This version ignores it and calls ``read_ranges`` once per object."""
         out: list[Any] = [b""] * len(ranges)
         by_path: dict[str, list[int]] = {}
         for i, r in enumerate(ranges):

@@ -11,7 +11,7 @@ import concurrent.futures
 from typing import Any, Sequence
 
 from ..errors import CorruptCheckpointError
-from .base import ByteRange
+from .base import ByteRange, buffer_size
 from .remote_client import RemoteClient
 from .retry import Operation, call_async, call_sync
 from .tasks import gather_or_cancel
@@ -28,8 +28,8 @@ class Downloader:
 
     def fetch(self, ranges: Sequence[ByteRange], into: Sequence[Any] | None = None) -> list[Any]:
         """The bytes of each range, fetched concurrently (one operation of retry.py).
-        ``into``: per range, None or a writable buffer of its size that S3 bodies are
-        received into (``Store.fetch``)."""
+        ``into``: per range, None or the list of buffers that its S3 body is received
+        into (``Store.fetch``)."""
         if not ranges:
             return []
         if self.client.is_async:
@@ -44,7 +44,7 @@ class Downloader:
         return self.client.run(self._fetch_async, ranges, into)
 
     def _check(self, data: Any, path: str, start: int, end: int) -> Any:
-        n = memoryview(data).nbytes
+        n = buffer_size(data)
         if n != end - start:
             raise CorruptCheckpointError(f"'{self.url(path)}' returned {n} bytes for "
                                          f"bytes [{start}, {end}) (truncated object?)")

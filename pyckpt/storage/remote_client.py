@@ -224,12 +224,11 @@ class RemoteClient:
         return await self.fs._call_s3(method, Body=body, **kw)
 
     async def s3_get(self, att: Attempt, path: str, start: int | None, end: int | None,
-                     into: Any = None) -> Any:
+                     into: list | None = None) -> Any:
         """One GET of the object (or of bytes [start, end)), every piece of its body
-        progress of the attempt. ``into``: a writable buffer of exactly end - start
-        bytes that the body is received into (returned when it filled it exactly; a
-        shorter answer comes back as the part received, for the caller's length
-        check); else the bytes are returned."""
+        progress of the attempt. ``into``: buffers of end - start bytes in all that
+        the body is received into, in order (``_receive_into``); else the bytes are
+        returned."""
         bucket, key, version = self.fs.split_path(path)
         kw: dict = {}
         if start is not None and end is not None:
@@ -276,17 +275,18 @@ class RemoteClient:
         self.run(go)
 
 
-async def _receive_into(body: Any, into: Any, att: Attempt, url: str, start: int | None,
+async def _receive_into(body: Any, into: list, att: Attempt, url: str, start: int | None,
                         end: int | None) -> Any:
-    """Receives a GET's ``body`` into the buffer ``into``, one network read at a time
-    (aiohttp's ``readchunk`` hands over the bytes it received, without joining them:
-    each byte is copied once, into place). More bytes than ``into`` holds raise
-    ``CorruptCheckpointError``; fewer come back as the part filled."""
-    view = memoryview(into).cast("B")
-    size = view.nbytes
+    """Receives a GET's ``body`` into the buffers ``into``, in order, one network read
+    at a time (aiohttp's ``readchunk`` hands over the bytes it received, without
+    joining them: each byte is copied once, into place). Returns ``into`` when the
+    body filled it exactly; a shorter body comes back as the parts filled (for the
+    caller's length check); a longer one raises ``CorruptCheckpointError``."""
+    views = [memoryview(b).cast("B") for b in into]
+    size = sum(v.nbytes for v in views)
     content = getattr(getattr(body, "raw_stream", None), "content", None)
     readchunk = getattr(content, "readchunk", None)
-    pos = 0
+    pos = k = off = 0  # bytes received; the buffer being filled, and how far
     while True:
         if readchunk is not None and content is not None:
             chunk, _ = await readchunk()
@@ -302,8 +302,14 @@ async def _receive_into(body: Any, into: Any, att: Attempt, url: str, start: int
         if pos + n > size:
             raise CorruptCheckpointError(f"'{url}' returned more than the {size} bytes of "
                                          f"bytes [{start}, {end}) (a changed object?)")
-        view[pos:pos + n] = chunk
+        data, c = memoryview(chunk), 0
+        while c < n:
+            v = views[k]
+            take = min(n - c, v.nbytes - off)
+            v[off:off + take] = data[c:c + take]
+            c, off = c + take, off + take
+            if off == v.nbytes:
+                k, off = k + 1, 0
         pos += n
         att.progress()
-    return into if pos == size else view[:pos]
-
+    return into if pos == size else views[:k] + [views[k][:off]]

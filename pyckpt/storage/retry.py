@@ -290,6 +290,9 @@ async def watch(coro: Awaitable[T], att: Attempt, stall: float, hard: float) -> 
             await asyncio.wait({task}, timeout=1.0)
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: no "exception was never retrieved" noise
+        # the task's context holds the attempt (current_attempt): a cycle that would keep
+        # the task's result (a request's bytes) alive until a full collection
+        att.task = None
 
 
 async def call_async(what: str, op: Operation, fn: Callable[[Attempt], Awaitable[T]], *,
