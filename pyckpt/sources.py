@@ -54,6 +54,9 @@ def open_source(path: Any, storage_options: dict | None = None,
         return path
     plain = os.fspath(path) if isinstance(path, os.PathLike) else path
     store, p = resolve(plain, storage_options)
+    own = OpenCheckpoint.at(store, p, options)  # the common case: no probe of any kind
+    if own is not None:
+        return own
     p = checkpoint_path(store, p)
     for fmt in _FORMATS:
         if fmt.detect(store, p):

@@ -67,6 +67,20 @@ class OpenCheckpoint(CheckpointSource):
         self._checked_files: set[int] = set()
 
     @classmethod
+    def at(cls, store: Store, path: str, options: IOOptions = DEFAULT) -> "OpenCheckpoint | None":
+        """The checkpoint committed at ``path`` itself, read in one request (its index;
+        on an object store a probe for a missing object costs a HEAD and a LIST), or
+        None when ``path`` holds no index."""
+        index = store.join(path, INDEX_NAME)
+        if store.local and not store.exists(index):  # a stat; a file's path is no directory
+            return None
+        try:
+            data = store.read_bytes(index)
+        except FileNotFoundError:
+            return None
+        return cls(store, path, decode_index(data, store.url(index)), options)
+
+    @classmethod
     def open(cls, store: Store, path: str, options: IOOptions = DEFAULT) -> "OpenCheckpoint":
         path = resolve_checkpoint(store, path)
         index = store.join(path, INDEX_NAME)

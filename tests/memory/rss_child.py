@@ -192,7 +192,62 @@ def m_export_hf(ctx):
                              dst_options=ctx.so)
 
 
+def _fsspec_dcp():
+    try:
+        from torch.distributed.checkpoint import FsspecReader, FsspecWriter
+    except ImportError:  # not exported by every torch version
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+    return FsspecWriter, FsspecReader
+
+
+def m_peer_dcp(ctx):
+    """torch DCP's own storage (a peer, for benchmarks/bench_memory.py): a save and a
+    load into the same tensors per round."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    sd = {k: torch.from_numpy(v) for k, v in state().items()}
+    into = {k: torch.zeros_like(v) for k, v in sd.items()}
+    path = ctx.at("peer-dcp")
+    if ctx.so:
+        writer, reader = _fsspec_dcp()
+        make = (lambda: writer(path, **ctx.so), lambda: reader(path, **ctx.so))
+    else:
+        make = (lambda: dcp.FileSystemWriter(path), lambda: dcp.FileSystemReader(path))
+
+    def run():
+        dcp.save(sd, storage_writer=make[0]())
+        dcp.load(into, storage_reader=make[1]())
+    return run
+
+
+def m_peer_dcp_async(ctx):
+    """torch DCP's async_save (a peer): one per round, waited for."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    sd = {k: torch.from_numpy(v) for k, v in state().items()}
+    path = ctx.at("peer-dcp-async")
+    if ctx.so:
+        writer = _fsspec_dcp()[0]
+        make = (lambda: writer(path, **ctx.so))
+    else:
+        make = (lambda: dcp.FileSystemWriter(path))
+    return lambda: dcp.async_save(sd, storage_writer=make()).result()
+
+
 MODES = {name[2:]: fn for name, fn in globals().items() if name.startswith("m_")}
+
+
+def _trimmer():
+    """malloc_trim(0) after every round when PYCKPT_MEM_TRIM=1 (the trimmed figures
+    of benchmarks/bench_memory.py; the suite never trims)."""
+    if os.environ.get("PYCKPT_MEM_TRIM") != "1":
+        return lambda: None
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    return lambda: libc.malloc_trim(0)
 
 
 class Context:
@@ -217,10 +272,12 @@ def main(mode: str, work: str, collector: str, so_json: str | None = None) -> No
         gc.collect()
         gc.disable()
     sizes = []
+    trim = _trimmer()
     for r in range(WARMUP + ROUNDS):
         if r == WARMUP:
             reset_peak()
         run()
+        trim()
         sizes.append(rss())
     top = peak()
     for m in ctx.closing:

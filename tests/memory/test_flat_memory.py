@@ -12,6 +12,7 @@ hand, never trimmed (no malloc_trim), locally and on SeaweedFS. Asserted:
 
 The figures of a run are printed (pytest -s) as one table."""
 
+import concurrent.futures
 import json
 import pathlib
 import subprocess
@@ -39,6 +40,9 @@ S3 = ["save", "save_async", "load", "load_into", "restore", "manager", "manager_
 #: S3 transfers hold their requests' buffers besides: up to max_concurrency parts
 #: of an upload in flight, the small reads merged into one request (RemoteOptions)
 S3_STAGING_MIB = 24
+
+#: children at once: each mostly waits on its store or its imports
+PARALLEL = 3
 
 FIGURES: list[str] = []
 
@@ -85,17 +89,34 @@ def _figures():
     print("\n".join(FIGURES))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("collector", ["on", "off"])
-@pytest.mark.parametrize("mode", LOCAL)
-def test_local_memory_is_flat(tmp_path, mode, collector):
-    _needs(mode)
-    _judge(_run(mode, collector, tmp_path), "local")
+@pytest.fixture(scope="module")
+def children(request, tmp_path_factory):
+    """Every selected case of this module, run by up to PARALLEL children at once
+    (their memory is each their own; nothing here is timed): (where, mode,
+    collector) -> a future of the child's figures."""
+    cases = [(item.callspec.params["where"], item.callspec.params["mode"],
+              item.callspec.params["collector"])
+             for item in request.session.items
+             if item.module is request.module and hasattr(item, "callspec")]
+    options = request.getfixturevalue("seaweed_server").options \
+        if any(w == "s3" for w, _, _ in cases) else None
+    pool = concurrent.futures.ThreadPoolExecutor(PARALLEL)
+    futures = {}
+    for where, mode, collector in cases:
+        work = tmp_path_factory.mktemp(f"{where}-{mode}-{collector}")
+        futures[where, mode, collector] = pool.submit(
+            _run, mode, collector, work, options if where == "s3" else None)
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+CASES = [("local", m) for m in LOCAL] + [("s3", m) for m in S3]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("collector", ["on", "off"])
-@pytest.mark.parametrize("mode", S3)
-def test_s3_memory_is_flat(seaweed_server, tmp_path, mode, collector):
+@pytest.mark.parametrize("where,mode", CASES, ids=[f"{w}-{m}" for w, m in CASES])
+def test_memory_is_flat(children, where, mode, collector):
     _needs(mode)
-    _judge(_run(mode, collector, tmp_path, seaweed_server.options), "s3", S3_STAGING_MIB)
+    got = children[where, mode, collector].result()
+    _judge(got, where, S3_STAGING_MIB if where == "s3" else 0)
