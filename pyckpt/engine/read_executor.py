@@ -181,15 +181,27 @@ def _requests(pieces: list[_Piece], gap: int, request_max: int) -> list[tuple[in
     return reqs
 
 
-def _batches(reqs: list, limit: int) -> list[list]:
+#: Bytes received straight into destinations per batch, in batch_bytes: they take
+#: no memory of their own, but each batch is verified once it has arrived.
+LANDED_PER_BATCH = 4
+
+
+def _batches(reqs: list, limit: int, lands: bool) -> list[list]:
+    """The requests in batches of at most ``limit`` bytes of buffers of their own (the
+    store's batch_bytes) and, where the store receives into destinations (``lands``),
+    at most ``LANDED_PER_BATCH * limit`` bytes received in place."""
     out: list[list] = []
-    size = 0
+    own = landed = 0
     for r in reqs:
-        if not out or size + (r[2] - r[1]) > limit:
+        size = r[2] - r[1]
+        into = sum(p.end - p.start for p in r[3]
+                   if p.dst is not None and p.dst.flags.writeable) if lands else 0
+        if not out or own + size - into > limit or landed + into > LANDED_PER_BATCH * limit:
             out.append([])
-            size = 0
+            own = landed = 0
         out[-1].append(r)
-        size += r[2] - r[1]
+        own += size - into
+        landed += into
     return out
 
 
@@ -233,7 +245,7 @@ def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
     post: list = []
     pieces = _pieces(plan, dsts, chunk, piece_max, post)
     reqs = _requests(pieces, policy.gap, max(request_max, piece_max))
-    batches = _batches(reqs, policy.batch_bytes)
+    batches = _batches(reqs, policy.batch_bytes, policy.lands)
 
     def fetch(batch: list) -> tuple[list, list]:
         ranges = [(paths[f], s, e) for f, s, e, _ in batch]

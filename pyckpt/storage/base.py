@@ -88,6 +88,9 @@ class FetchPolicy(NamedTuple):
     batch_bytes: int = 256 << 20
     #: Requests the store runs at once inside one ``fetch``.
     concurrency: int = 8
+    #: Whether ``fetch`` receives ranges into the buffers it is given (``into``):
+    #: then those bytes need no memory of their own, and batches can be larger.
+    lands: bool = False
 
 
 class Store(abc.ABC):

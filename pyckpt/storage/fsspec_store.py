@@ -204,7 +204,8 @@ class FsspecStore(Store):
         """The read batching of this store's ``RemoteOptions``."""
         o = self.opts
         return FetchPolicy(gap=o.read_gap, request_max=o.read_request_max,
-                           batch_bytes=o.read_batch_bytes, concurrency=o.max_concurrency)
+                           batch_bytes=o.read_batch_bytes, concurrency=o.max_concurrency,
+                           lands=self.io.s3_native)
 
     # -- writes ---------------------------------------------------------------------
     def makedirs(self, path: str) -> None:

@@ -126,3 +126,16 @@ def test_a_flipped_byte_received_in_place_is_caught(seaweed_options, rng):
     fs.pipe_file(name, bytes(data))
     with pytest.raises(pyckpt.CorruptCheckpointError, match=r"data-.*bytes \["):
         pyckpt.load(url, storage_options=seaweed_options, into={"a": np.zeros(200_000)})
+
+
+def test_bytes_received_in_place_count_a_quarter_against_the_batch_limit():
+    from pyckpt.engine import read_executor as rx
+
+    def req(n, dst=True):
+        p = rx._Piece(0, 0, n, "k", 0, 1, np.empty(n, np.uint8) if dst else None)
+        return (0, 0, n, [p])
+
+    landed = [req(100) for _ in range(8)]   # 800 bytes received into destinations
+    own = [req(100, dst=False) for _ in range(4)]  # 400 bytes needing buffers
+    assert [len(b) for b in rx._batches(landed + own, 200, lands=True)] == [10, 2]
+    assert [len(b) for b in rx._batches(landed + own, 200, lands=False)] == [2] * 6
