@@ -249,7 +249,7 @@ def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
 
     def fetch(batch: list) -> tuple[list, list]:
         ranges = [(paths[f], s, e) for f, s, e, _ in batch]
-        landings = [_Landing.of(r) for r in batch]
+        landings = [_Landing.of(r) if policy.lands else None for r in batch]
         got = store.fetch([ByteRange(*r) for r in ranges],
                           into=[x and x.segments for x in landings])
         # a store that received a request into its segments hands back that very list
