@@ -83,12 +83,10 @@ class OpenCheckpoint(CheckpointSource):
     @classmethod
     def open(cls, store: Store, path: str, options: IOOptions = DEFAULT) -> "OpenCheckpoint":
         path = resolve_checkpoint(store, path)
-        index = store.join(path, INDEX_NAME)
-        try:
-            data = store.read_bytes(index)
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no committed checkpoint at {store.url(path)}") from None
-        return cls(store, path, decode_index(data, store.url(index)), options)
+        ck = cls.at(store, path, options)
+        if ck is None:
+            raise CheckpointNotFoundError(f"no committed checkpoint at {store.url(path)}")
+        return ck
 
     # -- the format interface ------------------------------------------------------
     @property
