@@ -74,8 +74,8 @@ class ReadOptions:
 class StagedWrite:
     """A write that overlaps copying live tensors into staging buffers."""
 
-    def mark_ready(self: StagedWrite, item: int) -> None:
-        """Externally staged writes: staging buffer `item` is filled; the writers may use it."""
+    def mark_ready(self: StagedWrite, item: int, buffer: object = None) -> None:
+        """Externally staged writes: staging buffer `item` is filled (or `buffer`, an array of its size, holds its bytes instead); the writers may use it."""
 
     def order(self: StagedWrite) -> list[int]:
         """Item indices in the order the writers need them (external staging)."""
@@ -86,10 +86,13 @@ class StagedWrite:
     def wait(self: StagedWrite) -> tuple:
         """Waits for the write; returns (masked chunk crcs, crc_begin)."""
 
+    def wait_written(self: StagedWrite, item: int) -> None:
+        """Externally staged writes: returns once item `item` was written (its staging memory may be reused); raises when the write ended first."""
+
 class WriteOptions:
     """Tuning of write_shards, compute_checksums and start_staged_write."""
 
-    def __init__(self: WriteOptions, *, chunk_size: int = 1048576, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: ProgressCounter | None = None) -> None: ...
+    def __init__(self: WriteOptions, *, chunk_size: int = 1048576, threads: int = 0, piece_size: int = 8388608, sync: bool = True, progress: ProgressCounter | None = None, whole_items: bool = False) -> None: ...
 
     @property
     def chunk_size(self) -> int:
@@ -125,6 +128,13 @@ class WriteOptions:
 
     @threads.setter
     def threads(self, value: int) -> None: ...
+
+    @property
+    def whole_items(self) -> bool:
+        """Write each tensor's slices in a row (staging through a ring)."""
+
+    @whole_items.setter
+    def whole_items(self, value: bool) -> None: ...
 
 def compute_checksums(*, keys: Sequence[str], arrays: list, options: WriteOptions = WriteOptions()) -> tuple:
     """Masked chunk CRCs of arrays without writing; returns (crcs, crc_begin)."""

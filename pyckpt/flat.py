@@ -26,7 +26,7 @@ __all__ = ["save", "load"]
 def save(tree: Any, path: Any, *, metadata: dict | None = None,
          storage_options: dict | None = None, comm: Communicator | None = None,
          progress: Callable[[int, int], Any] | None = None,
-         blocking: bool = True) -> str | saving.PendingSave:
+         blocking: bool = True, max_pinned_bytes: int | None = None) -> str | saving.PendingSave:
     """Saves a nested dict/list/tuple of arrays as a committed checkpoint at ``path``.
 
     Keys are the ``/``-joined container path (``layers/0/w``). Returns the
@@ -41,15 +41,20 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     error, ``done()`` says whether it finished. With several workers every worker
     calls it at the same point: the collectives that plan the save run in the call,
     the writing and the commit in the background (docs/PROTOCOL.md section 6b).
+
+    ``max_pinned_bytes`` bounds the pinned host memory that stages values from
+    device memory: a ring of that size, reused while the writers go, instead of a
+    pinned copy of the whole state (single-process saves to local files; the call
+    then returns once the last value left the device). docs/API.md, "Device memory".
     """
     leaves, skeleton = flatten(tree)
     if not blocking:
         return saving.start([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
                             storage_options=storage_options, comm=comm, progress=progress,
-                            tree=skeleton, metadata=metadata)
+                            tree=skeleton, metadata=metadata, max_pinned_bytes=max_pinned_bytes)
     saving.write([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
                  storage_options=storage_options, comm=comm, progress=progress, tree=skeleton,
-                 metadata=metadata)
+                 metadata=metadata, max_pinned_bytes=max_pinned_bytes)
     return str(path) if not hasattr(path, "__fspath__") else str(path.__fspath__())
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
-from .device.buffers import StagingBuffers, lease_shared
+from .device.buffers import StagingBuffers, check_budget, lease_shared
 from .device.staging import has_device_values, stage_values
 from .engine.options import DEFAULT
 from .workers import background
@@ -55,22 +55,26 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
           graph: dict | None = None, metadata: dict | None = None,
           node_local: int | None = None, base: Base | None = None,
-          incremental: bool = False) -> None:
+          incremental: bool = False, max_pinned_bytes: int | None = None) -> None:
     """Writes and commits one checkpoint at ``path`` (returns once it is durable,
     on every worker). ``node_local=k``: a multi-worker job's node-local checkpoint,
     ``path`` being this worker's own, with k replicas (workers/node_local.py).
     ``incremental``: an incremental save (engine/incremental.py) referencing the
-    unchanged data of ``base`` (None: a full one that records fingerprints)."""
+    unchanged data of ``base`` (None: a full one that records fingerprints).
+    ``max_pinned_bytes``: device values are staged within that much pinned memory
+    (device/ring.py; single-process saves to local files only)."""
     store, p = resolve(path, storage_options)
     comm, multi = _mode(items, comm)
     _check_incremental(incremental, node_local)
+    check_budget(max_pinned_bytes)
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
         if has_device_values([it.array for it in items]):
             _write_from_device(items, store, p, multi, lambda host: write(
                 host, path, storage_options=storage_options, comm=comm, tree=tree,
                 graph=graph, metadata=metadata, node_local=node_local, base=base,
                 incremental=incremental), tree=tree, graph=graph,
-                metadata=metadata, base=base, incremental=incremental)
+                metadata=metadata, base=base, incremental=incremental,
+                max_pinned_bytes=max_pinned_bytes)
         elif multi:
             assert comm is not None
             distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
@@ -103,7 +107,7 @@ def _planned(it: Item) -> Any:
 def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bool,
                        write_host: Callable[[list[Item]], None], *, tree: Any,
                        graph: dict | None, metadata: dict | None, base: Base | None = None,
-                       incremental: bool = False) -> None:
+                       incremental: bool = False, max_pinned_bytes: int | None = None) -> None:
     """A blocking save of values of which some live in device memory. One process:
     the device copies land in reusable (pinned) staging buffers and the writers
     start on each as soon as it landed (``stage``); host values are written from
@@ -111,39 +115,59 @@ def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bo
     saved as host arrays (``write_host``)."""
     keys = [it.key for it in items]
     live = [it.array for it in items]
-    buffers, done = lease_shared()
+    buffers, done = lease_shared(max_pinned_bytes)
     try:
-        staging = buffers.get(keys, live, copy_host=False)
+        staging = buffers.get(keys, live, copy_host=False,
+                              ring_from=ring_from(store, path, live, multi, incremental))
         if multi:
             stage_values(live, staging)
             write_host([Item(it.key, a, a if it.obj is it.array else it.obj)
                         for it, a in zip(items, staging)])
         else:
             stage(store, path, keys, live, staging, graph=graph, tree=tree,
-                  metadata=metadata, base=base, incremental=incremental)()
+                  metadata=metadata, base=base, incremental=incremental,
+                  ring=buffers.ring_items)()
     finally:
         done()
+
+
+def ring_from(store: Store, path: str, live: Sequence[Any], multi: bool,
+              incremental: bool) -> int | None:
+    """The size from which device values may be staged through a ring of pinned
+    memory (``max_pinned_bytes``): the checksum chunk, for the saves ``stage`` runs
+    as a StagedSave; None for the others (they need the whole state staged)."""
+    if multi or incremental or not _stages_natively(store, path, live):
+        return None
+    return DEFAULT.chunk_size
+
+
+def _stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
+    """Whether ``stage`` writes while it copies (a StagedSave: local files, native
+    byte order)."""
+    return all(a.dtype.byteorder in "=<|" for a in live) and can_stage(store, path)
 
 
 def stage(store: Store, path: str, keys: list[str], live: list[Any],
           staging: list[np.ndarray], *, graph: dict | None, tree: Any = None,
           metadata: dict | None = None, base: Base | None = None,
-          incremental: bool = False) -> Callable[[], Any]:
+          incremental: bool = False, ring: dict[int, np.ndarray] | None = None
+          ) -> Callable[[], Any]:
     """Copies ``live`` (host arrays and DeviceArrays) into ``staging`` (host arrays
     of the same shapes and dtypes, reused across saves; a staging array that is its
     live array is not copied) and returns, once the live values may change again,
     the work that writes and commits the checkpoint from the copies. Where the
     store can write local files, writing starts while the copies run (not for an
-    incremental save: it compares the copies before it writes)."""
-    native = all(a.dtype.byteorder in "=<|" for a in live)
+    incremental save: it compares the copies before it writes). ``ring``: the
+    values staged through a ring of pinned memory (``StagingBuffers.ring_items``;
+    only where ``ring_from`` allowed one)."""
     if incremental:
         stage_values(live, staging)
         return lambda: save_incremental(store, path, list(zip(keys, staging)), base,
                                         graph=graph, tree=tree, metadata=metadata,
                                         keys_checked=True)
-    if native and can_stage(store, path):  # the C++ core writes the files
+    if _stages_natively(store, path, live):  # the C++ core writes the files
         staged = StagedSave(store, path, keys, live, staging, graph=graph, metadata=metadata,
-                            tree=tree)
+                            tree=tree, ring=ring)
         staged.stage()
         return staged.finish
     stage_values(live, staging)
@@ -243,8 +267,8 @@ class Background:
     ahead, ``release`` frees them) and, for node-local saves, the communicator their
     background part runs its collectives on."""
 
-    def __init__(self) -> None:
-        self.buffers = StagingBuffers()
+    def __init__(self, max_pinned_bytes: int | None = None) -> None:
+        self.buffers = StagingBuffers(max_pinned_bytes)
         self._warming: threading.Thread | None = None
         self.comm: Communicator | None = None
 
@@ -254,12 +278,16 @@ class Background:
             self._warming.join()
             self._warming = None
 
-    def get(self, keys: list[str], srcs: list[Any]) -> list[np.ndarray]:
+    def get(self, keys: list[str], srcs: list[Any], *,
+            ring_from: int | None = None) -> list[np.ndarray]:
         self.ready()
-        return self.buffers.get(keys, srcs)
+        return self.buffers.get(keys, srcs, ring_from=ring_from)
 
     def warm(self, keys: list[str], srcs: list[Any]) -> None:
-        """Allocates (and pins) the staging buffers in a background thread."""
+        """Allocates (and pins) the staging buffers in a background thread (not with a
+        pinned budget: its ring is small, and sized by the first save)."""
+        if self.buffers.max_pinned_bytes is not None:
+            return
         self._warming = threading.Thread(target=self.buffers.get, args=(keys, srcs),
                                          name="pyckpt-warm-staging", daemon=True)
         self._warming.start()
@@ -284,7 +312,8 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
           graph: dict | None = None, metadata: dict | None = None,
           node_local: int | None = None, keep: Background | None = None,
           then: Callable[[BaseException | None], Any] | None = None,
-          base: Base | None = None, incremental: bool = False) -> PendingSave:
+          base: Base | None = None, incremental: bool = False,
+          max_pinned_bytes: int | None = None) -> PendingSave:
     """``write`` in the background, in every mode: returns once every value is copied
     aside into staging buffers (one host copy of the state, pinned for device values;
     ``keep``'s, else the process-wide ones kept for the next save:
@@ -310,23 +339,27 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                                   tree=tree, graph=graph, metadata=metadata,
                                   node_local=node_local), then)
         return handle
-    if keep is not None:
-        get, release = keep.get, None
+    check_budget(max_pinned_bytes)
+    if keep is not None:  # its own budget (the manager's max_pinned_bytes)
+        buffers, get, release = keep.buffers, keep.get, None
     else:
-        buffers, release = lease_shared()
+        buffers, release = lease_shared(max_pinned_bytes)
         get = buffers.get
     keys = [it.key for it in items]
     live = [it.array for it in items]
     try:
         if multi:
             assert comm is not None
+            if buffers.max_pinned_bytes is not None and has_device_values(live):
+                buffers.get(keys, live, ring_from=None)  # raises: it needs the whole state
             work, cleanup = _start_multi(comm, store, p, items, get, tree=tree, graph=graph,
                                          metadata=metadata, node_local=node_local, keep=keep,
                                          incremental=incremental, base=base)
         else:
-            work, cleanup = stage(store, p, keys, live, get(keys, live), graph=graph,
+            staging = get(keys, live, ring_from=ring_from(store, p, live, multi, incremental))
+            work, cleanup = stage(store, p, keys, live, staging, graph=graph,
                                   tree=tree, metadata=metadata, base=base,
-                                  incremental=incremental), None
+                                  incremental=incremental, ring=buffers.ring_items), None
         return PendingSave(shown, work, then=then, release=release, cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
         if release is not None:

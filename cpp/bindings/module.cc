@@ -97,6 +97,7 @@ struct WriteOptionsPy {
   int threads = kWriteDefaults.threads;
   uint64_t piece_size = kWriteDefaults.piece_size;
   bool sync = kWriteDefaults.sync;
+  bool whole_items = kWriteDefaults.whole_items;
   py::object progress = py::none();
 
   ShardWriteOptions Native() const {
@@ -105,6 +106,7 @@ struct WriteOptionsPy {
     opt.threads = threads;
     opt.piece_size = piece_size;
     opt.sync = sync;
+    opt.whole_items = whole_items;
     opt.progress = CounterPtr(progress);
     return opt;
   }
@@ -409,19 +411,22 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   py::class_<WriteOptionsPy>(m, "WriteOptions", "Tuning of write_shards, compute_checksums and "
                                                 "start_staged_write.")
       .def(py::init([](uint64_t chunk_size, int threads, uint64_t piece_size, bool sync,
-                       OptionalCounter progress) {
+                       OptionalCounter progress, bool whole_items) {
              WriteOptionsPy o;
              o.chunk_size = chunk_size;
              o.threads = threads;
              o.piece_size = piece_size;
              o.sync = sync;
+             o.whole_items = whole_items;
              SetProgress(o, progress);
              return o;
            }),
            py::kw_only(), py::arg("chunk_size") = kWriteDefaults.chunk_size,
            py::arg("threads") = kWriteDefaults.threads,
            py::arg("piece_size") = kWriteDefaults.piece_size, py::arg("sync") = kWriteDefaults.sync,
-           py::arg("progress") = py::none())
+           py::arg("progress") = py::none(), py::arg("whole_items") = kWriteDefaults.whole_items)
+      .def_readwrite("whole_items", &WriteOptionsPy::whole_items,
+                     "Write each tensor's slices in a row (staging through a ring).")
       .def_readwrite("chunk_size", &WriteOptionsPy::chunk_size, "Bytes per checksummed chunk.")
       .def_readwrite("threads", &WriteOptionsPy::threads,
                      "Worker threads (<= 0: default_threads()).")
@@ -460,9 +465,26 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
           "Item indices in the order the writers need them (external staging).")
       .def(
           "mark_ready",
-          [](PyStagedWrite& self, size_t item) { RaiseIfError(self.write.MarkReady(item)); },
+          [](PyStagedWrite& self, size_t item, const py::object& buffer) {
+            if (buffer.is_none()) {
+              RaiseIfError(self.write.MarkReady(item));
+              return;
+            }
+            const pyckpt::TensorView view = ArrayView(buffer, /*writable=*/false, "staging buffer");
+            self.keep.append(buffer);  // read by the writers until wait()
+            RaiseIfError(self.write.MarkReady(item, &view));
+          },
+          py::arg("item"), py::arg("buffer") = py::none(),
+          "Externally staged writes: staging buffer `item` is filled (or `buffer`, an array "
+          "of its size, holds its bytes instead); the writers may use it.")
+      .def(
+          "wait_written",
+          [](PyStagedWrite& self, size_t item) {
+            RunWithoutGil([&] { return self.write.WaitWritten(item); });
+          },
           py::arg("item"),
-          "Externally staged writes: staging buffer `item` is filled; the writers may use it.")
+          "Externally staged writes: returns once item `item` was written (its staging "
+          "memory may be reused); raises when the write ended first.")
       .def(
           "wait",
           [](PyStagedWrite& self) {

@@ -7,7 +7,7 @@
 namespace pyckpt {
 
 PiecePlan PlanPieces(const std::vector<Span>& items, uint64_t chunk_size, uint64_t piece_size,
-                     uint64_t max_gap) {
+                     uint64_t max_gap, bool whole_items) {
   PiecePlan plan;
   plan.order.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i)
@@ -64,12 +64,31 @@ PiecePlan PlanPieces(const std::vector<Span>& items, uint64_t chunk_size, uint64
   }
   flush();
 
-  // Interleave the files' piece lists round-robin.
-  size_t longest = 0;
-  for (auto& v : per_file) longest = std::max(longest, v.size());
-  for (size_t i = 0; i < longest; ++i)
-    for (auto& v : per_file)
-      if (i < v.size()) plan.pieces.push_back(v[i]);
+  if (!whole_items) {  // interleave the files' piece lists round-robin, piece by piece
+    size_t longest = 0;
+    for (auto& v : per_file) longest = std::max(longest, v.size());
+    for (size_t i = 0; i < longest; ++i)
+      for (auto& v : per_file)
+        if (i < v.size()) plan.pieces.push_back(v[i]);
+    return plan;
+  }
+  // Round-robin over the files by whole items: the slices of one item stay
+  // together, so every piece before an item's last one belongs to an item that
+  // comes before it (or to itself) in the item order.
+  std::vector<size_t> next(per_file.size(), 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (size_t f = 0; f < per_file.size(); ++f) {
+      std::vector<Piece>& v = per_file[f];
+      size_t& k = next[f];
+      if (k >= v.size()) continue;
+      const Piece first = v[k];
+      plan.pieces.push_back(v[k++]);
+      while (!first.run && k < v.size() && !v[k].run && v[k].item == first.item)
+        plan.pieces.push_back(v[k++]);
+      more = more || k < v.size();
+    }
+  }
   return plan;
 }
 

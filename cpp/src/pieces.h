@@ -38,8 +38,10 @@ struct PiecePlan {
 
 // piece_size must be a positive multiple of chunk_size; items of nbytes == 0
 // get no piece. Runs never span more than piece_size bytes nor gaps over max_gap.
+// whole_items: the files take turns by item (all slices of an item in a row)
+// rather than by piece; staging through a ring relies on it (staged_writer.h).
 PiecePlan PlanPieces(const std::vector<Span>& items, uint64_t chunk_size, uint64_t piece_size,
-                     uint64_t max_gap);
+                     uint64_t max_gap, bool whole_items = false);
 
 // Masked CRC32C of each chunk of data[0, n), which starts at logical byte
 // `logical_begin` (a multiple of chunk_size) of its tensor; results go to

@@ -135,6 +135,24 @@ TEST(PlanPieces, RunsStopAtPieceSizeOverlapAndFileChange) {
   EXPECT_EQ(RunPiece(1, 8, 12, 2, 3), Describe(plan.pieces[1]));
 }
 
+TEST(PlanPieces, WholeItemsKeepEachItemsSlicesInARow) {
+  // chunk 16, piece 32: item 0 (file 0, 96 bytes) has 3 slices, item 1 (file 1,
+  // 64 bytes) 2, item 2 (file 0, 32 bytes) 1. By piece the files alternate slice
+  // by slice; by whole items, file 0's item 0 goes first in full.
+  const std::vector<Span> items = {{0, 0, 96}, {1, 0, 64}, {0, 96, 32}};
+  PiecePlan plan = PlanPieces(items, 16, 32, 0);
+  ASSERT_EQ(6u, plan.pieces.size());
+  EXPECT_EQ(SlicePiece(0, 0, 32, 0, 0), Describe(plan.pieces[0]));
+  EXPECT_EQ(SlicePiece(1, 0, 32, 1, 0), Describe(plan.pieces[1]));
+  plan = PlanPieces(items, 16, 32, 0, /*whole_items=*/true);
+  std::vector<std::string> got;
+  for (const Piece& p : plan.pieces) got.push_back(Describe(p));
+  const std::vector<std::string> want = {
+      SlicePiece(0, 0, 32, 0, 0),  SlicePiece(0, 32, 64, 0, 32), SlicePiece(0, 64, 96, 0, 64),
+      SlicePiece(1, 0, 32, 1, 0),  SlicePiece(1, 32, 64, 1, 32), SlicePiece(0, 96, 128, 2, 0)};
+  EXPECT_EQ(want, got);
+}
+
 TEST(PlanPieces, EmptyInputAndOnlyEmptyItems) {
   PiecePlan plan = PlanPieces({}, 16, 64, 8);
   EXPECT_TRUE(plan.order.empty());

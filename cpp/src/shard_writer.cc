@@ -133,7 +133,16 @@ Status WriteJob::Prepare(const std::vector<std::string>& files,
   AllocateCrcs(spans, options.chunk_size, &result_);
   plan_ = PlanPieces(spans, options.chunk_size,
                      RoundToChunks(options.piece_size, options.chunk_size),
-                     /*max_gap=*/options.chunk_size);
+                     /*max_gap=*/options.chunk_size, options.whole_items);
+  return Status::OK();
+}
+
+Status WriteJob::SetSource(size_t item, const TensorView& src) {
+  if (item >= items_.size()) return Status::InvalidArgument("SetSource: item out of range");
+  if (src.NumBytes() != items_[item].src.NumBytes() || !src.IsContiguous())
+    return Status::InvalidArgument("tensor '" + items_[item].key +
+                                   "': its staging buffer must be contiguous and of its size");
+  items_[item].src = src;
   return Status::OK();
 }
 
@@ -164,6 +173,15 @@ Status WriteJob::Run(ReadyGate* gate) {
   }
   const int threads = ResolveThreads(options_.threads);
   ScratchSet scratch(threads);
+  if (gate != nullptr) {  // how many pieces hold each item's bytes
+    std::vector<uint32_t> count(items_.size(), 0);
+    for (const Piece& p : plan_.pieces) {
+      if (!p.run) ++count[p.item];
+      else
+        for (size_t k = p.run_first; k < p.run_last; ++k) ++count[plan_.order[k]];
+    }
+    gate->Expect(count);
+  }
   PYCKPT_RETURN_IF_ERROR(ParallelFor(plan_.pieces.size(), threads, [&](size_t i, int w) {
     const Piece& p = plan_.pieces[i];
     if (gate != nullptr) {
@@ -172,6 +190,11 @@ Status WriteJob::Run(ReadyGate* gate) {
       if (!ok) return Status::IOError("staging of the tensors was abandoned");
     }
     PYCKPT_RETURN_IF_ERROR(ProcessPiece(p, items_, plan_, chunk, scratch[w], &result_, &fds[p.file]));
+    if (gate != nullptr) {  // its staging memory may be reused
+      if (!p.run) gate->PieceDone(p.item);
+      else
+        for (size_t k = p.run_first; k < p.run_last; ++k) gate->PieceDone(plan_.order[k]);
+    }
     if (options_.sync && options_.early_writeback) fds[p.file].StartWriteback(p.begin, p.end - p.begin);
     if (options_.progress) options_.progress->fetch_add(p.end - p.begin, std::memory_order_relaxed);
     return Status::OK();

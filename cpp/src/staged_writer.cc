@@ -37,7 +37,10 @@ Status StagedWrite::Start(const std::vector<std::string>& files,
   marked_.assign(items.size(), 0);
   marked_count_ = 0;
   try {
-    writer_ = std::thread([this] { status_ = job_->Run(gate_.get()); });
+    writer_ = std::thread([this] {
+      status_ = job_->Run(gate_.get());
+      gate_->Finish();
+    });
   } catch (...) {
     return Status::IOError("cannot start the writer thread");
   }
@@ -77,15 +80,25 @@ std::vector<size_t> StagedWrite::Order() const {
   return job_ ? job_->ItemOrder() : std::vector<size_t>();
 }
 
-Status StagedWrite::MarkReady(size_t item) {
+Status StagedWrite::MarkReady(size_t item, const TensorView* src) {
   if (!job_ || !external_) return Status::InvalidArgument("MarkReady needs an externally staged write");
   if (item >= marked_.size()) return Status::InvalidArgument("MarkReady: item out of range");
   if (!marked_[item]) {
+    if (src != nullptr) PYCKPT_RETURN_IF_ERROR(job_->SetSource(item, *src));
     marked_[item] = 1;
     if (++marked_count_ == marked_.size()) staged_ = true;
     gate_->Mark(item);
   }
   return Status::OK();
+}
+
+Status StagedWrite::WaitWritten(size_t item) {
+  if (!job_ || !external_) return Status::InvalidArgument("WaitWritten needs an externally staged write");
+  if (item >= marked_.size()) return Status::InvalidArgument("WaitWritten: item out of range");
+  if (!marked_[item]) return Status::InvalidArgument("WaitWritten: item not marked ready");
+  if (gate_->WaitWritten(item)) return Status::OK();
+  return Status::IOError("the write ended before tensor '" + job_->items()[item].key +
+                         "' was written");
 }
 
 Status StagedWrite::Wait(ChecksumResult* result) {

@@ -35,9 +35,19 @@ __all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype"]
 _ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 
+_NUMPY_DTYPES: dict[Any, np.dtype] = {}  # torch dtype -> numpy dtype (device_array's hot path)
+
+
 def numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
     """The numpy dtype with the same bytes as a torch dtype (ml_dtypes for bfloat16
     and float8); TypeError when there is none."""
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is None:
+        found = _NUMPY_DTYPES[dtype] = _numpy_dtype(torch, dtype)
+    return found
+
+
+def _numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
     name = str(dtype).replace("torch.", "")
     if name in _ML_NAMES:
         try:
@@ -180,6 +190,7 @@ class TorchCudaEngine(CopyEngine):
 
 
 _ENGINES: dict[str, TorchCudaEngine] = {}
+_BY_INDEX: dict[int, tuple[TorchCudaEngine, str]] = {}  # device index -> (engine, "cuda:N")
 _LOCK = threading.Lock()
 
 
@@ -193,10 +204,21 @@ def engine_for(torch: Any, device: Any) -> TorchCudaEngine:
         return eng
 
 
+def _engine_of(torch: Any, t: Any) -> tuple[TorchCudaEngine, str]:
+    """(engine, device name) of a CUDA tensor: one dict lookup on the hot path (a
+    state holds thousands of tensors, each visited by every save and copy)."""
+    index = t.get_device()
+    found = _BY_INDEX.get(index)
+    if found is None:
+        eng = engine_for(torch, t.device)
+        found = _BY_INDEX[index] = (eng, str(eng.device))
+    return found
+
+
 def device_array(torch: Any, t: Any) -> DeviceArray:
     """A CUDA tensor as a DeviceArray (detached; conjugation resolved)."""
     t = t.detach()
     if t.is_conj():
         t = t.resolve_conj()
-    return DeviceArray(t, tuple(t.shape), numpy_dtype(torch, t.dtype), str(t.device),
-                       engine_for(torch, t.device))
+    eng, name = _engine_of(torch, t)
+    return DeviceArray.trusted(t, tuple(t.shape), numpy_dtype(torch, t.dtype), name, eng)

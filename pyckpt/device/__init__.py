@@ -7,8 +7,8 @@ provide the engines; ``pyckpt.testing.late_copies`` provides a test double.
 """
 
 from .array import DeviceArray
-from .buffers import StagingBuffers, release_staging_memory
+from .buffers import StagingBuffers, pinned_memory_kept, release_staging_memory
 from .engine import CopyEngine, HostCopyEngine, Ticket
 
 __all__ = ["DeviceArray", "CopyEngine", "HostCopyEngine", "Ticket", "StagingBuffers",
-           "release_staging_memory"]
+           "pinned_memory_kept", "release_staging_memory"]

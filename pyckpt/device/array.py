@@ -37,6 +37,15 @@ class DeviceArray:
         self.device = device
         self.engine = engine
 
+    @classmethod
+    def trusted(cls, obj: Any, shape: tuple[int, ...], dtype: np.dtype, device: str,
+                engine: "CopyEngine") -> "DeviceArray":
+        """The constructor without its conversions, for adapters whose ``shape`` is
+        already a tuple of ints and ``dtype`` a numpy dtype (their hot path)."""
+        self = cls.__new__(cls)
+        self.obj, self.shape, self.dtype, self.device, self.engine = obj, shape, dtype, device, engine
+        return self
+
     @property
     def ndim(self) -> int:
         return len(self.shape)

@@ -35,9 +35,10 @@ import numpy as np
 
 from .array import DeviceArray
 from .engine import CopyEngine
-from .loading import release_bounce_buffers
+from .loading import bounce_bytes, release_bounce_buffers
 
-__all__ = ["StagingBuffers", "PinnedPool", "lease_shared", "release_staging_memory"]
+__all__ = ["StagingBuffers", "PinnedPool", "check_budget", "lease_shared", "pinned_memory_kept",
+           "release_staging_memory"]
 
 _ALIGN = 256
 _SLACK = 64 << 20  # a pinned buffer larger than needed by more than this is re-allocated
@@ -45,6 +46,20 @@ _SLACK = 64 << 20  # a pinned buffer larger than needed by more than this is re-
 
 def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def check_budget(max_pinned_bytes: Any) -> int | None:
+    """``max_pinned_bytes`` itself: None or a positive int; ValueError otherwise."""
+    if max_pinned_bytes is not None and (isinstance(max_pinned_bytes, bool) or
+                                         not isinstance(max_pinned_bytes, int) or
+                                         max_pinned_bytes <= 0):
+        raise ValueError(f"max_pinned_bytes must be a positive int (bytes) or None, got "
+                         f"{max_pinned_bytes!r}")
+    return max_pinned_bytes
+
+
+def _human(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def _engine_bytes(srcs: Sequence[Any]) -> dict[CopyEngine, int]:
@@ -57,10 +72,10 @@ def _engine_bytes(srcs: Sequence[Any]) -> dict[CopyEngine, int]:
     return need
 
 
-def _fits(slab: np.ndarray | None, need: int) -> bool:
+def _fits(slab: np.ndarray | None, need: int, slack: int = _SLACK) -> bool:
     """Whether a buffer can be reused for ``need`` bytes: large enough, and not larger
-    by more than ``_SLACK``."""
-    return slab is not None and need <= slab.nbytes <= need + _SLACK
+    by more than ``slack``."""
+    return slab is not None and need <= slab.nbytes <= need + slack
 
 
 def _carve(slabs: dict[CopyEngine, np.ndarray], srcs: Sequence[Any]) -> list[np.ndarray | None]:
@@ -80,11 +95,20 @@ def _carve(slabs: dict[CopyEngine, np.ndarray], srcs: Sequence[Any]) -> list[np.
 
 class StagingBuffers:
     """Reusable host buffers for staging one state (module doc). One save at a
-    time uses them (``hold``/``unhold``)."""
+    time uses them (``hold``/``unhold``).
 
-    def __init__(self) -> None:
+    With ``max_pinned_bytes`` the pinned memory per copy engine stays within that
+    budget: the large device values are staged through a ring (``ring.py``) that
+    ``get`` sizes to what the small ones leave of the budget, and names in
+    ``ring_items`` (item index -> its engine's ring buffer)."""
+
+    def __init__(self, max_pinned_bytes: int | None = None) -> None:
+        self.max_pinned_bytes = check_budget(max_pinned_bytes)
         self._host: dict[str, np.ndarray] = {}
         self._slabs: dict[CopyEngine, np.ndarray] = {}
+        self._rings: dict[CopyEngine, np.ndarray] = {}
+        #: item index -> the ring buffer it is staged through (``get`` with a budget)
+        self.ring_items: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         #: seconds the last (re)allocation of pinned buffers took (pinning cost)
         self.last_alloc_seconds = 0.0
@@ -93,7 +117,8 @@ class StagingBuffers:
     @property
     def pinned_bytes(self) -> int:
         """Bytes of engine (pinned) host buffers held."""
-        return sum(s.nbytes for s in self._slabs.values())
+        return sum(s.nbytes for s in self._slabs.values()) + \
+            sum(r.nbytes for r in self._rings.values())
 
     @property
     def host_bytes(self) -> int:
@@ -110,14 +135,38 @@ class StagingBuffers:
         self._lock.release()
 
     def get(self, keys: Sequence[str], srcs: Sequence[Any], *,
-            copy_host: bool = True) -> list[np.ndarray]:
+            copy_host: bool = True, ring_from: int | None = None) -> list[np.ndarray]:
         """A C-contiguous host array of each source's shape and dtype, reused from
         the previous call where possible (``hold()`` them until the save ends).
         With ``copy_host`` False, a source that is a host array is its own
-        buffer (a blocking save writes it directly)."""
-        need = _engine_bytes(srcs)
-        self._fit(need)
-        pinned = _carve(self._slabs, srcs)
+        buffer (a blocking save writes it directly).
+
+        With a budget, the device values of at least ``ring_from`` bytes get a
+        placeholder at the start of their engine's ring (``ring_items`` names them;
+        the save stages them with ``ring.stage_ring``); None (a save that cannot
+        stage through a ring) raises ValueError when there are device values."""
+        self.ring_items = {}
+        ringed: set[int] = set()
+        if self.max_pinned_bytes is not None and any(isinstance(s, DeviceArray) for s in srcs):
+            if ring_from is None:
+                raise ValueError("max_pinned_bytes bounds the staging of single-process saves "
+                                 "to local files only; this save (to an object store, of "
+                                 "several workers, incremental or of non-native byte order) "
+                                 "stages the whole state: leave max_pinned_bytes unset")
+            ringed = {i for i, s in enumerate(srcs)
+                      if isinstance(s, DeviceArray) and s.nbytes >= ring_from}
+        small = [None if i in ringed else s for i, s in enumerate(srcs)]
+        need = _engine_bytes(small)
+        # within a budget the small values' buffer is exactly their size: the ring
+        # gets the rest (a larger buffer left by an earlier save is re-allocated)
+        self._fit(need, 0 if self.max_pinned_bytes is not None else _SLACK)
+        self._fit_rings(keys, srcs, ringed, need, ring_from or 0)
+        pinned = _carve(self._slabs, small)
+        for i in ringed:
+            s = srcs[i]
+            ring = self._rings[s.engine]
+            self.ring_items[i] = ring
+            pinned[i] = ring[:s.nbytes].view(s.dtype).reshape(s.shape)
         out: list[np.ndarray] = []
         host: dict[str, np.ndarray] = {}
         for k, s, p in zip(keys, srcs, pinned):
@@ -136,19 +185,46 @@ class StagingBuffers:
             self._host = host
         return out
 
-    def _fit(self, need: dict[CopyEngine, int]) -> None:
+    def _fit_rings(self, keys: Sequence[str], srcs: Sequence[Any], ringed: set[int],
+                   small: dict[CopyEngine, int], ring_from: int) -> None:
+        """One ring per engine of the ``ringed`` values: what the budget leaves after
+        the small values' buffer; ValueError naming the value when one does not fit."""
+        budget = self.max_pinned_bytes or 0
+        largest: dict[CopyEngine, int] = {}
+        for i in ringed:
+            eng = srcs[i].engine
+            if largest.get(eng) is None or srcs[i].nbytes > srcs[largest[eng]].nbytes:
+                largest[eng] = i
+        for eng in [e for e in self._rings if e not in largest]:
+            eng.free_host(self._rings.pop(eng))
+        for eng, i in largest.items():
+            size = (budget - small.get(eng, 0)) // _ALIGN * _ALIGN
+            if _aligned(srcs[i].nbytes) > size:
+                raise ValueError(
+                    f"max_pinned_bytes={budget} is too small for this state: tensor "
+                    f"{keys[i]!r} takes {srcs[i].nbytes} bytes and the values under "
+                    f"{_human(ring_from)} take {small.get(eng, 0)} bytes of pinned staging; "
+                    f"give at least {_aligned(srcs[i].nbytes) + small.get(eng, 0)} bytes")
+            self._refit(self._rings, eng, size, 0)
+
+    def _fit(self, need: dict[CopyEngine, int], slack: int = _SLACK) -> None:
         for eng in [e for e in self._slabs if e not in need]:
             eng.free_host(self._slabs.pop(eng))
         for eng, n in need.items():
-            slab = self._slabs.get(eng)
-            if _fits(slab, n):
-                continue
-            if slab is not None:
-                eng.free_host(self._slabs.pop(eng))
-            t0 = time.perf_counter()
-            self._slabs[eng] = eng.alloc_host(n)
-            self.last_alloc_seconds = time.perf_counter() - t0
-            self.allocations += 1
+            self._refit(self._slabs, eng, n, slack)
+
+    def _refit(self, held: dict[CopyEngine, np.ndarray], eng: CopyEngine, n: int,
+               slack: int) -> None:
+        """Keeps ``held[eng]`` if it fits ``n`` bytes (``_fits``), else pins a new one."""
+        buf = held.get(eng)
+        if _fits(buf, n, slack):
+            return
+        if buf is not None:
+            eng.free_host(held.pop(eng))
+        t0 = time.perf_counter()
+        held[eng] = eng.alloc_host(n)
+        self.last_alloc_seconds = time.perf_counter() - t0
+        self.allocations += 1
 
     def release(self) -> None:
         """Frees every buffer (the next save allocates again); waits for a save
@@ -156,7 +232,11 @@ class StagingBuffers:
         with self._lock:
             for eng, slab in self._slabs.items():
                 eng.free_host(slab)
+            for eng, ring in self._rings.items():
+                eng.free_host(ring)
             self._slabs.clear()
+            self._rings.clear()
+            self.ring_items = {}
             self._host.clear()
 
 
@@ -211,17 +291,29 @@ class PinnedPool:
 _SHARED = StagingBuffers()
 
 
-def lease_shared() -> tuple[StagingBuffers, Callable[[], None]]:
-    """Buffers for one plain save, and what to call once it ended: the process-wide
+def lease_shared(max_pinned_bytes: int | None = None) -> tuple[StagingBuffers, Callable[[], None]]:
+    """Buffers for one plain save (within ``max_pinned_bytes`` of pinned memory per
+    engine, if given), and what to call once it ended: the process-wide
     StagingBuffers (kept for the next save), or, while another save holds those, a
     private set freed at the end."""
+    budget = check_budget(max_pinned_bytes)
     if _SHARED.hold(block=False):
+        _SHARED.max_pinned_bytes = budget  # its buffers are re-fitted by get()
+
         def done() -> None:
             _SHARED._host.clear()  # plain host copies are not kept; pinned buffers are
             _SHARED.unhold()
         return _SHARED, done
-    private = StagingBuffers()
+    private = StagingBuffers(budget)
     return private, private.release
+
+
+def pinned_memory_kept() -> int:
+    """Bytes of page-locked host memory pyckpt keeps between calls: the staging
+    buffers of plain ``pyckpt.save`` calls and the bounce buffers of loads into
+    device memory (a manager's and a snapshot's are not counted: they are freed
+    with them)."""
+    return _SHARED.pinned_bytes + bounce_bytes()
 
 
 def release_staging_memory() -> None:

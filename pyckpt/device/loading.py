@@ -24,7 +24,7 @@ import numpy as np
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket, group_by_engine, wait_all
 
-__all__ = ["fill_targets", "release_bounce_buffers"]
+__all__ = ["fill_targets", "bounce_bytes", "release_bounce_buffers"]
 
 _MIN_BOUNCE = 64 << 20
 _ALIGN = 256
@@ -57,6 +57,12 @@ class _Bounce:
 
 _BOUNCE: dict[CopyEngine, _Bounce] = {}
 _BOUNCE_LOCK = threading.Lock()
+
+
+def bounce_bytes() -> int:
+    """Bytes of pinned bounce buffers kept for the next load into device memory."""
+    with _BOUNCE_LOCK:
+        return sum(b.nbytes for bo in _BOUNCE.values() for b in bo.bufs)
 
 
 def release_bounce_buffers() -> None:

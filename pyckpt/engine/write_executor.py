@@ -70,11 +70,12 @@ def shard_layouts(sizes: Sequence[int], arrays: Sequence[np.ndarray], file_idx: 
     return [ShardLayout(arrs, offs, int(sz)) for (arrs, offs), sz in zip(per_file, sizes)]
 
 
-def write_options(options: IOOptions) -> _core.WriteOptions:
-    """The core's write options for ``options``, reporting to the current progress."""
+def write_options(options: IOOptions, whole_items: bool = False) -> _core.WriteOptions:
+    """The core's write options for ``options``, reporting to the current progress
+    (``whole_items``: each tensor's slices written in a row, as a ring needs)."""
     return _core.WriteOptions(chunk_size=options.chunk_size, threads=options.threads,
                               piece_size=options.piece_size, sync=options.sync,
-                              progress=progress.counter())
+                              progress=progress.counter(), whole_items=whole_items)
 
 
 
@@ -117,14 +118,16 @@ def can_stage(store: Store, path: str) -> bool:
 
 def start_staged(store: Store, paths: list[str], sizes: Sequence[int], keys: list[str],
                  staging: list[np.ndarray], live: list[np.ndarray] | None, file_idx: Any,
-                 offsets: Any, options: IOOptions) -> Any:
+                 offsets: Any, options: IOOptions, ring: bool = False) -> Any:
     """Starts a staged write (``_core.StagedWrite``) of the shard files ``paths``:
     it copies ``live`` into ``staging`` itself (``stage()``), or, with ``live``
     None, the caller fills the staging buffers and calls ``mark_ready(i)`` for
-    each (``device.staging``)."""
+    each (``device.staging``). ``ring``: the caller reuses staging memory once
+    ``wait_written(i)`` said so (``device.ring``): each tensor's slices are then
+    written in a row, which the ring's waits rely on."""
     natives = store.native_paths(paths)
     if natives is None:
         raise ValueError("staged saves write local files")
     return _core.start_staged_write(paths=natives, file_sizes=list(sizes), keys=keys,
                                     staging=staging, live=live, files=file_idx, offsets=offsets,
-                                    options=write_options(options))
+                                    options=write_options(options, whole_items=ring))

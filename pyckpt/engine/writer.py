@@ -27,7 +27,8 @@ import numpy as np
 from .._native import core as _core
 from .._version import __version__
 from .._dtypes import dtype_name, little_endian
-from ..device.staging import has_device_values, stage_values
+from ..device.ring import stage_ring
+from ..device.staging import has_device_values, issue_copies, stage_values
 from ..errors import add_note
 from ..format import Manifest
 from ..format.manifest import FileEntry, build_manifest
@@ -198,6 +199,11 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
         attempts.end(store, path, attempt)
 
 
+class _WriteEnded(OSError):
+    """The writers of a ring-staged save ended before a value was written (their
+    own error, raised by the job's wait, is the one reported)."""
+
+
 class StagedSave:
     """A local save that copies live tensors into staging buffers while writing
     them (``_core.StagedWrite``): ``stage()`` returns once the live tensors may
@@ -211,16 +217,31 @@ class StagedSave:
 
     def __init__(self, store: Store, path: str, keys: list[str], live: list[Any],
                  staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
-                 tree: Any = None, options: IOOptions = DEFAULT) -> None:
+                 tree: Any = None, options: IOOptions = DEFAULT,
+                 ring: dict[int, np.ndarray] | None = None) -> None:
         if not write_executor.can_stage(store, path):
             raise ValueError("staged saves write local files")
         self.store, self.path, self.graph, self.options = store, path, graph, options
         self.tree = tree
-        self.metadata = check_metadata(metadata)
-        self.tensors = prepare_tensors(list(zip(keys, staging)), keys_checked=True)
         self.live, self.staging = list(live), list(staging)
         self.external = has_device_values(self.live) or any(
             a is b for a, b in zip(self.live, self.staging))
+        # values staged through a ring of pinned memory (device/ring.py): item -> ring
+        self.ring = dict(ring or {})
+        # the device copies fly while the files are planned (stage() lands them)
+        self.issued = issue_copies(self.live, self.staging, skip=self.ring) \
+            if self.external else None
+        try:
+            self._plan(keys, metadata)
+        except BaseException:
+            if self.issued is not None:
+                self.issued.abandon()
+            raise
+
+    def _plan(self, keys: list[str], metadata: dict | None) -> None:
+        store, path, options = self.store, self.path, self.options
+        self.metadata = check_metadata(metadata)
+        self.tensors = prepare_tensors(list(zip(keys, self.staging)), keys_checked=True)
         _prepare_dir(store, path)
         self.attempt = naming.new_attempt_id()
         attempts.begin(store, path, self.attempt)
@@ -229,32 +250,62 @@ class StagedSave:
         self.paths = [store.join(path, name) for name in self.names]
         self.job = None
         if self.names:
-            self.job = write_executor.start_staged(
-                store, self.paths, self.sizes, keys, [t.array for t in self.tensors],
-                None if self.external else self.live, self.file_idx, self.offsets, options)
+            try:
+                self.job = write_executor.start_staged(
+                    store, self.paths, self.sizes, keys, [t.array for t in self.tensors],
+                    None if self.external else self.live, self.file_idx, self.offsets, options,
+                    ring=bool(self.ring))
+            except BaseException:
+                attempts.end(store, path, self.attempt)
+                raise
 
     def stage(self) -> None:
         """Copies the live values aside; returns once they may change. On failure
         the write is abandoned, its files removed, and the error raised."""
         try:
-            if self.job is None:  # nothing to write: still a consistent copy
+            if self.ring:
+                self._stage_ring()
+            elif self.issued is not None:
+                self.issued.land(order=None if self.job is None else self.job.order(),
+                                 mark=None if self.job is None else self.job.mark_ready,
+                                 threads=self.options.threads)
+            elif self.job is None:  # nothing to write: still a consistent copy
                 stage_values(self.live, self.staging, threads=self.options.threads)
-            elif self.external:
-                stage_values(self.live, self.staging, order=self.job.order(),
-                             mark=self.job.mark_ready, threads=self.options.threads)
             else:
                 self.job.stage(self.options.threads)
         except BaseException as e:
+            writer_error: BaseException | None = None
             try:
                 if self.job is not None:
                     try:
                         self.job.wait()  # abandoned: the writer stops
-                    except BaseException:  # noqa: BLE001 - the staging error is the one raised
-                        pass
+                    except BaseException as we:  # noqa: BLE001 - the staging error is raised...
+                        writer_error = we
                     _discard(self.store, self.paths, e)
             finally:
                 attempts.end(self.store, self.path, self.attempt)
+            if isinstance(e, _WriteEnded) and writer_error is not None:
+                raise writer_error from None  # ...unless the writers' error stopped it
             raise
+
+    def _stage_ring(self) -> None:
+        """Stages the small values as usual, then the ring's values in the writers'
+        order, each slot reused once the writers wrote its value (device/ring.py)."""
+        assert self.job is not None and self.issued is not None
+        job = self.job
+        order = job.order()
+        self.issued.land(order=[i for i in order if i not in self.ring], mark=job.mark_ready,
+                         threads=self.options.threads)
+        rings = {self.live[i].engine: buf for i, buf in self.ring.items()}
+
+        def written(i: int) -> None:
+            try:
+                job.wait_written(i)
+            except Exception as e:
+                raise _WriteEnded(str(e)) from e
+
+        stage_ring(self.live, [i for i in order if i in self.ring], rings,
+                   mark=job.mark_ready, written=written)
 
     def finish(self) -> Manifest:
         try:

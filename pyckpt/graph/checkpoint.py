@@ -221,9 +221,10 @@ def graph_items(root: Any) -> tuple[list[saving.Item], dict]:
 def write_graph(root: Any, path: Any, *, storage_options: dict | None = None,
                 metadata: dict | None = None, comm: Communicator | None = None,
                 progress: Callable[[int, int], Any] | None = None,
-                node_local: int | None = None) -> None:
+                node_local: int | None = None, max_pinned_bytes: int | None = None) -> None:
     """Writes every value tracked from ``root`` and the object graph at ``path``
-    (``Checkpoint.write``; ``node_local``: see ``saving.write``)."""
+    (``Checkpoint.write``; ``node_local``, ``max_pinned_bytes``: see ``saving.write``)."""
     items, graph = graph_items(root)
     saving.write(items, path, storage_options=storage_options, comm=comm, progress=progress,
-                 graph=graph, metadata=metadata, node_local=node_local)
+                 graph=graph, metadata=metadata, node_local=node_local,
+                 max_pinned_bytes=max_pinned_bytes)

@@ -76,7 +76,8 @@ class RunKeeper(Records):
                  storage_options: dict | None = None, *, max_async_bytes: int | None = None,
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
                  comm: Communicator | None = None, node_local: int | None = None,
-                 incremental: bool = False, full_save_every: int | None = 10) -> None:
+                 incremental: bool = False, full_save_every: int | None = 10,
+                 max_pinned_bytes: int | None = None) -> None:
         store, path = resolve(directory, storage_options)
         lease = WriterLease(store, path, lease_seconds, clock)
         super().__init__(store, path, checkpoint_name, lease, max_to_keep=max_to_keep,
@@ -90,7 +91,9 @@ class RunKeeper(Records):
         self.node_local = node_local
         self.incremental = incremental
         self._full_every = full_save_every
-        self.background = saving.Background()  # staging buffers kept between saves
+        self.max_pinned_bytes = max_pinned_bytes
+        # staging buffers kept between saves (a ring within max_pinned_bytes, if given)
+        self.background = saving.Background(max_pinned_bytes)
         self._pending: saving.PendingSave | None = None
         # a failed multi-worker background save whose error was already raised (by
         # wait_until_finished): its files are removed at the next settle
@@ -176,6 +179,9 @@ class RunKeeper(Records):
                 elif sync and self.node_local is not None:
                     write_graph(self.checkpoint, url, storage_options=self.storage_options,
                                 comm=comm, node_local=self.node_local)
+                elif sync and self.max_pinned_bytes is not None:
+                    write_graph(self.checkpoint, url, storage_options=self.storage_options,
+                                comm=comm, max_pinned_bytes=self.max_pinned_bytes)
                 elif sync:
                     self.checkpoint.write(url, storage_options=self.storage_options, comm=comm)
                 else:

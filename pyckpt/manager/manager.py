@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from ..device.buffers import check_budget
 from ..workers.comm import Communicator, resolve_comm
 from .keeper import RunKeeper
 from .node_tiers import NodeTiers
@@ -63,6 +64,9 @@ class CheckpointManager:
       ``{"pyckpt": {...}}`` for pyckpt's own limits (deadline, stall_timeout...).
     - ``max_async_bytes``: a ``save(blocking=False)`` of more bytes than this is made
       blocking (no staging copy of the state).
+    - ``max_pinned_bytes``: device values are staged through a ring of at most this
+      much pinned memory per device, not a pinned copy of the whole state
+      (docs/API.md section 10; single-process saves to local files).
     - ``lease_seconds``: how long another host's writer lease counts as live without
       a heartbeat.
     - ``clock``: the time source (tests of ``keep_checkpoint_every_n_hours``).
@@ -96,9 +100,11 @@ class CheckpointManager:
                  comm: Communicator | None = None, local_dir: Any = None,
                  local_max_to_keep: int | None = 2, persist_every: int | None = None,
                  persist_interval_seconds: float | None = None, replicate: int = 0,
-                 incremental: bool = False, full_save_every: int | None = 10) -> None:
+                 incremental: bool = False, full_save_every: int | None = 10,
+                 max_pinned_bytes: int | None = None) -> None:
         _check_options(checkpoint, max_to_keep, checkpoint_interval, step_counter,
                        full_save_every)
+        check_budget(max_pinned_bytes)
         if incremental:
             _check_incremental(comm, local_dir)
         self._checkpoint = checkpoint
@@ -115,7 +121,8 @@ class CheckpointManager:
             self._keeper: RunKeeper | Tiers = RunKeeper(
                 checkpoint, directory, max_to_keep, step_counter=step_counter,
                 checkpoint_interval=checkpoint_interval, max_async_bytes=max_async_bytes,
-                incremental=incremental, full_save_every=full_save_every, **durable)
+                incremental=incremental, full_save_every=full_save_every,
+                max_pinned_bytes=max_pinned_bytes, **durable)
             return
         if local_max_to_keep is not None and local_max_to_keep < 1:
             raise ValueError("local_max_to_keep must be None or at least 1")
@@ -132,7 +139,8 @@ class CheckpointManager:
                           checkpoint_interval=checkpoint_interval,
                           max_async_bytes=max_async_bytes, lease_seconds=lease_seconds,
                           clock=clock, comm=comm, node_local=replicate if several else None,
-                          incremental=incremental, full_save_every=full_save_every)
+                          incremental=incremental, full_save_every=full_save_every,
+                          max_pinned_bytes=max_pinned_bytes)
         # the durable tier only receives copies: no staging buffers
         kept = RunKeeper(checkpoint, directory, max_to_keep, max_async_bytes=0,
                          incremental=incremental, full_save_every=full_save_every, **durable)

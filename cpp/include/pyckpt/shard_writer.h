@@ -37,6 +37,9 @@ struct ShardWriteOptions {
   uint64_t piece_size = kDefaultPieceSize;  // parallel work unit; rounded to chunks
   bool sync = true;                // fsync every file before returning
   bool early_writeback = true;     // start writeback of each piece right away
+  // Write the slices of each tensor in a row (files take turns by tensor, not by
+  // piece): a StagedWrite that reuses staging memory needs it (staged_writer.h).
+  bool whole_items = false;
   // When set, bytes written so far are added here as pieces complete (read by
   // another thread to report progress).
   std::atomic<uint64_t>* progress = nullptr;

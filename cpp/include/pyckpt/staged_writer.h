@@ -16,6 +16,9 @@
 // caller (device-to-host copies run by a copy engine): it fills the staging
 // buffers itself, in Order() ideally, and calls MarkReady(i) as each one lands.
 // Wait() abandons the write with an IOError unless every item was marked.
+// MarkReady(i, &src) points item i at other memory of its size first, and
+// WaitWritten(i) returns once item i was written: together they let the
+// caller stage through a ring of buffers smaller than the state.
 #pragma once
 
 #include <memory>
@@ -45,7 +48,8 @@ class StagedWrite {
   Status Stage(int threads);
   // External staging (no live tensors given to Start).
   std::vector<size_t> Order() const;
-  Status MarkReady(size_t item);
+  Status MarkReady(size_t item, const TensorView* src = nullptr);
+  Status WaitWritten(size_t item);
   Status Wait(ChecksumResult* result);
 
  private:
