@@ -181,12 +181,12 @@ class OpenCheckpoint(CheckpointSource):
     # -- integrity of files -------------------------------------------------------
     def check_files(self, indices: Iterable[int]) -> None:
         """Every needed file exists with the size the manifest says (before allocating)."""
-        for i in sorted(set(int(i) for i in indices) - self._checked_files):
+        todo = sorted(set(int(i) for i in indices) - self._checked_files)
+        found = self.store.sizes([self.file_path(i) for i in todo])
+        for i, size in zip(todo, found):
             f = self.manifest.files[i]
             p = self.file_path(i)
-            try:
-                size = self.store.size(p)
-            except FileNotFoundError:
+            if size is None:
                 what = "data file" if f.at is None else f"data file (of {f.at}, referenced)"
                 raise CorruptCheckpointError(
                     f"checkpoint {self.url}: {what} '{self.store.url(p)}' is missing "

@@ -171,6 +171,17 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def size(self, path: str) -> int: ...
 
+    def sizes(self, paths: Sequence[str]) -> list[int | None]:
+        """The size of each object, None for one that does not exist (object stores ask
+        for them all at once)."""
+        out: list[int | None] = []
+        for p in paths:
+            try:
+                out.append(self.size(p))
+            except FileNotFoundError:
+                out.append(None)
+        return out
+
     @abc.abstractmethod
     def read_bytes(self, path: str) -> bytes:
         """The whole object. FileNotFoundError when it does not exist."""

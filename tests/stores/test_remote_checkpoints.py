@@ -102,3 +102,23 @@ def test_mmap_on_object_store_falls_back_to_a_copy(remote):
     pyckpt.save({"x": np.arange(10)}, _join(prefix, "m"), storage_options=so)
     out = pyckpt.load(_join(prefix, "m"), mmap=True, storage_options=so)
     np.testing.assert_array_equal(out["x"], np.arange(10))
+
+
+def test_missing_and_resized_data_files_are_named_before_any_read(remote):
+    # a checkpoint of several data files: their sizes are asked for all at once
+    # (Store.sizes), and each missing or resized one is named with its byte range
+    prefix, so = remote
+    path = f"{prefix}/files"
+    arrays = {f"w{i}": np.full(3 << 20, i, np.float32) for i in range(6)}  # 72 MiB
+    pyckpt.save(arrays, path, storage_options=so)
+    fs, root = fsspec.core.url_to_fs(path, **(so or {}))
+    data = sorted(n for n in fs.ls(root, detail=False) if n.rsplit("/", 1)[-1].startswith("data-"))
+    assert len(data) >= 2
+    fs.rm(data[1])
+    with pytest.raises(pyckpt.CorruptCheckpointError, match=r"data file '.*" +
+                       data[1].rsplit("/", 1)[-1] + r"' is missing \(needed for bytes \[0, \d+\)\)"):
+        pyckpt.load(path, storage_options=so)
+    fs.pipe_file(data[1], b"short")
+    with pytest.raises(pyckpt.CorruptCheckpointError, match=r"has 5 bytes, the index says \d+ "
+                       r"\(bytes \[5, \d+\) differ"):
+        pyckpt.load(path, storage_options=so)
