@@ -42,7 +42,7 @@ class IssuedCopies:
         n = len(live)
         if len(staging) != n:
             raise ValueError("one staging buffer per live value")
-        self.live, self.staging = live, staging
+        self.live, self.staging, self.skip = live, staging, skip
         self.tickets: dict[int, Ticket] = {}
         try:
             for eng, idxs in group_by_engine(live).items():
@@ -63,7 +63,7 @@ class IssuedCopies:
         order = list(range(len(live))) if order is None else list(order)
         mark = mark or (lambda i: None)
         try:
-            host = [i for i in order if i not in self.tickets]
+            host = [i for i in order if i not in self.tickets and i not in self.skip]
             copy = [i for i in host if staging[i] is not live[i]]
             if copy:
                 _core.copy_arrays([live[i] for i in copy], [staging[i] for i in copy], threads)

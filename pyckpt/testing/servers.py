@@ -317,10 +317,20 @@ def sweep_dead_servers() -> list[str]:
 
 @contextlib.contextmanager
 def seaweedfs_server(startup_timeout: float = 60.0) -> Iterator[SeaweedServer]:
-    """A started ``SeaweedServer``, stopped and removed at the end."""
-    server = SeaweedServer(startup_timeout)
+    """A started ``SeaweedServer``, stopped and removed at the end. Its ports are
+    picked free, but another process may take one before the server binds it (the
+    ephemeral range is shared with every outgoing connection): then it starts again
+    on new ports, at most 3 times."""
+    for attempt in range(3):
+        server = SeaweedServer(startup_timeout)
+        try:
+            server.start()
+            break
+        except RuntimeError as e:
+            server.close()
+            if "address already in use" not in str(e) or attempt == 2:
+                raise
     try:
-        server.start()
         yield server
     finally:
         server.close()
