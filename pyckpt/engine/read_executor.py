@@ -9,9 +9,10 @@ path and runs the plan one of three ways:
   disk): the C++ core reads the files itself, in parallel;
 - the caller passes buffers of the files (memory maps): the core verifies the
   items in memory and copies them out;
-- otherwise the plan becomes ``ByteRange`` requests: each item is split at
-  chunk-aligned points into pieces of at most the store's ``request_max``
-  bytes, and pieces of one file closer than ``gap`` merged into one request.
+- otherwise the plan becomes ``ByteRange`` requests of at most the store's
+  ``request_max`` bytes, filled in file order: items of one file closer than
+  ``gap`` share a request, and an item that does not fit is split at one of its
+  chunk boundaries, its rest going to the next request.
   Requests go to ``Store.fetch`` in batches of ``batch_bytes`` (the next batch
   is fetched while the current one is verified), and the core verifies every
   chunk of a batch before it copies the bytes into the destinations. Where the
@@ -143,41 +144,50 @@ class _Piece:
         self.c0, self.c1, self.dst = c0, c1, dst
 
 
-def _pieces(plan: ReadPlan, dsts: Sequence[Any], chunk: int, piece_max: int,
-            post: list) -> list[_Piece]:
-    out = []
+def _requests(plan: ReadPlan, dsts: Sequence[Any], chunk: int, request_max: int, gap: int,
+              post: list) -> list[tuple[int, int, int, list[_Piece]]]:
+    """The plan's bytes as ranged requests (file, start, end, pieces) of at most
+    ``request_max`` bytes (at least one chunk), filled in file order: an item joins
+    the request before it when it starts at most ``gap`` bytes after it, and one
+    that does not fit whole is split at the last of its chunk boundaries that fits,
+    the rest going on to the next requests. Every piece starts at a chunk boundary
+    of its item (its CRCs are ``plan.crcs[c0:c1]``); full requests mean fewer of
+    them (each costs a round trip and a request charge). A destination that is not
+    contiguous gets a contiguous stand-in, copied over at the end (``post``)."""
     crc_begin = plan.crc_begin.tolist()
     files, offsets, sizes = plan.file.tolist(), plan.offset.tolist(), plan.nbytes.tolist()
-    for i, key in enumerate(plan.keys):
-        n = sizes[i]
+    step = max(chunk, request_max // chunk * chunk)  # a request's first piece, at most
+    reqs: list[tuple[int, int, int, list[_Piece]]] = []
+    for i in sorted(range(len(plan.keys)), key=lambda i: (files[i], offsets[i])):
+        f, o, n = files[i], offsets[i], sizes[i]
         if n == 0:
             continue
-        dst, flat = dsts[i], None
-        if dst is not None:
-            target = dst
-            if not dst.flags.c_contiguous:
-                target = np.empty(dst.shape, dtype=dst.dtype)
-                post.append((dst, target))
+        flat = None
+        if dsts[i] is not None:
+            target = dsts[i]
+            if not target.flags.c_contiguous:
+                target = np.empty(target.shape, dtype=target.dtype)
+                post.append((dsts[i], target))
             flat = target.reshape(-1).view(np.uint8)
-        for a in range(0, n, piece_max):
-            b = min(n, a + piece_max)
-            out.append(_Piece(files[i], offsets[i] + a, offsets[i] + b, key,
-                              crc_begin[i] + a // chunk, crc_begin[i] + -(-b // chunk),
-                              None if flat is None else flat[a:b]))
-    return out
-
-
-def _requests(pieces: list[_Piece], gap: int, request_max: int) -> list[tuple[int, int, int, list]]:
-    pieces.sort(key=lambda p: (p.file, p.start))
-    reqs: list[tuple[int, int, int, list]] = []
-    for p in pieces:
-        if reqs:
-            f, s, e, members = reqs[-1]
-            if f == p.file and p.start - e <= gap and p.end - s <= request_max:
+        a = 0
+        while a < n:
+            s, take = o + a, 0
+            if reqs and reqs[-1][0] == f and s - reqs[-1][2] <= gap:
+                room = reqs[-1][1] + max(request_max, step) - s
+                take = n - a if n - a <= room else max(0, room) // chunk * chunk
+            joined = take > 0
+            if not joined:
+                take = min(n - a, step)
+            p = _Piece(f, s, s + take, plan.keys[i], crc_begin[i] + a // chunk,
+                       crc_begin[i] + -(-(a + take) // chunk),
+                       None if flat is None else flat[a:a + take])
+            if joined:
+                rf, rs, re, members = reqs[-1]
                 members.append(p)
-                reqs[-1] = (f, s, max(e, p.end), members)
-                continue
-        reqs.append((p.file, p.start, p.end, [p]))
+                reqs[-1] = (rf, rs, max(re, s + take), members)
+            else:
+                reqs.append((f, s, s + take, [p]))
+            a += take
     return reqs
 
 
@@ -241,10 +251,8 @@ def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
                       dsts: Sequence[Any], chunk: int, options: IOOptions) -> None:
     policy = store.fetch_policy()
     request_max = min(policy.request_max, policy.batch_bytes // max(1, policy.concurrency))
-    piece_max = max(chunk, request_max // chunk * chunk)
     post: list = []
-    pieces = _pieces(plan, dsts, chunk, piece_max, post)
-    reqs = _requests(pieces, policy.gap, max(request_max, piece_max))
+    reqs = _requests(plan, dsts, chunk, request_max, policy.gap, post)
     batches = _batches(reqs, policy.batch_bytes, policy.lands)
 
     def fetch(batch: list) -> tuple[list, list]:
