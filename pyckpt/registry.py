@@ -1,7 +1,7 @@
 """The one registry of foreign value types (docs/API.md, "Adapters").
 
 torch and JAX support (``pyckpt/adapters/``) and any user type plug in here,
-with up to five hooks, each returning None for objects that are not theirs:
+with up to six hooks, each returning None for objects that are not theirs:
 
 - ``leaf(obj) -> np.ndarray | DeviceArray``: the host array to save for a leaf
   of a tree or a value of the object graph (a zero-copy view where possible),
@@ -20,7 +20,11 @@ with up to five hooks, each returning None for objects that are not theirs:
   numpy array's values, for values rebuilt rather than filled in place (the
   tensors of a ``state_dict()``, docs/API.md section 11; ``load`` of a leaf saved
   from that framework). Callers hand over arrays nobody else holds, so the hook
-  may take over the array's memory instead of copying it.
+  may take over the array's memory instead of copying it;
+- ``copy(srcs, dsts) -> bool``: copies every source into the destination of the
+  same position, in place, and returns True, when the hook takes all of them
+  (``copy_state`` of two trees of the framework's arrays: one batched copy
+  instead of the per-value path); False, having copied nothing, otherwise.
 
 Example::
 
@@ -40,7 +44,7 @@ if TYPE_CHECKING:  # for signatures only
     from .device.array import DeviceArray
 
 __all__ = ["Adapter", "register_adapter", "leaf_array", "leaf_adapter", "target_view",
-           "node_proxy", "empty_on", "from_host"]
+           "node_proxy", "empty_on", "from_host", "copy_leaves"]
 
 #: What a ``target`` hook returns.
 View: TypeAlias = "np.ndarray | DeviceArray | tuple[np.ndarray, Callable[[], None] | None]"
@@ -55,6 +59,7 @@ class Adapter(NamedTuple):
     node: Callable[[Any], Any] | None = None
     empty: Callable[[Any, tuple, np.dtype], Any] | None = None
     from_host: Callable[[np.ndarray], Any] | None = None
+    copy: Callable[[list, list], bool] | None = None
 
 
 _ADAPTERS: list[Adapter] = []
@@ -64,10 +69,11 @@ def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | DeviceArr
                      target: Callable[[Any], "View | None"] | None = None,
                      node: Callable[[Any], Any] | None = None,
                      empty: Callable[[Any, tuple, np.dtype], Any] | None = None,
-                     from_host: Callable[[np.ndarray], Any] | None = None) -> None:
+                     from_host: Callable[[np.ndarray], Any] | None = None,
+                     copy: Callable[[list, list], bool] | None = None) -> None:
     """Registers (or replaces) the hooks of one foreign type family."""
     _ADAPTERS[:] = [a for a in _ADAPTERS if a.name != name]
-    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host))
+    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host, copy))
 
 
 def leaf_array(obj: Any) -> "np.ndarray | DeviceArray | None":
@@ -131,3 +137,12 @@ def empty_on(device: Any, shape: tuple, dtype: np.dtype) -> Any:
                 return out
     raise ValueError(f"device={device!r}: no adapter places arrays there (torch takes "
                      "'cpu', 'cuda' and 'cuda:N'; install and import the framework first)")
+
+
+def copy_leaves(srcs: list, dsts: list) -> bool:
+    """True once the first ``copy`` hook that takes every pair has copied them all; False
+    (nothing copied) when no hook takes them."""
+    for a in _ADAPTERS:
+        if a.copy is not None and a.copy(srcs, dsts):
+            return True
+    return False

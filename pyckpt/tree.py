@@ -25,7 +25,7 @@ from .variables import Variable
 
 __all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
            "skeleton_leaves", "static_values", "rebuild_leaf", "is_array_kind", "SCALAR_KINDS", "Leaf",
-           "path_trie"]
+           "path_trie", "paired_leaves"]
 
 _MAX_DEPTH = 512
 
@@ -277,6 +277,47 @@ def _flatten_node(node: Any, key: str | None, depth: int, leaves: list[Leaf],
     if static is not None:
         return static
     raise _not_a_leaf_error(node, key or "<root>")
+
+
+def paired_leaves(a: Any, b: Any) -> tuple[list, list] | None:
+    """The leaves of two trees of one plain structure, in pairs and in tree order:
+    dicts with the same keys, lists with lists and tuples with tuples of one
+    length, nested alike. None when the structures differ in any way, when a key is
+    not a str that ``flatten`` takes as it is (a non-empty key part: no ``/``, not
+    ``.`` or ``..``), or when a tree nests too deep: then the caller matches by flat
+    keys, whose errors name what differs (``copy_state``'s fast path)."""
+    if not isinstance(a, (dict, list, tuple)):
+        return None
+    xs: list = []
+    ys: list = []
+    return (xs, ys) if _pair(a, b, 0, xs, ys) else None
+
+
+def _pair(a: Any, b: Any, depth: int, xs: list, ys: list) -> bool:
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or len(a) != len(b) or depth > _MAX_DEPTH:
+            return False
+        for k, v in a.items():
+            if type(k) is not str or k not in b or not _plain_part(k):
+                return False
+            if not _pair(v, b[k], depth + 1, xs, ys):
+                return False
+        return True
+    if isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or isinstance(a, list) != isinstance(b, list) \
+                or len(a) != len(b) or depth > _MAX_DEPTH:
+            return False
+        return all(_pair(x, y, depth + 1, xs, ys) for x, y in zip(a, b))
+    if isinstance(b, (dict, list, tuple)):
+        return False
+    xs.append(a)
+    ys.append(b)
+    return True
+
+
+def _plain_part(k: str) -> bool:
+    """A dict key that ``flatten`` keeps as one part of a valid flat key."""
+    return bool(k) and "/" not in k and k != "." and k != ".." and "\x00" not in k
 
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}

@@ -30,7 +30,8 @@ import numpy as np
 from ..device.array import DeviceArray
 from ..device.engine import CopyEngine, Ticket
 
-__all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype"]
+__all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype", "foreach_copy",
+           "copy_tensors"]
 
 _ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
@@ -168,18 +169,7 @@ class TorchCudaEngine(CopyEngine):
         return out
 
     def copy(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> None:
-        torch = self.torch
-        s = [x.obj for x in srcs]
-        d = [x.obj for x in dsts]
-        if not s:
-            return
-        foreach = getattr(torch, "_foreach_copy_", None)
-        with torch.no_grad():
-            if foreach is not None and all(a.is_contiguous() for a in s + d):
-                foreach(d, s)
-            else:
-                for a, b in zip(d, s):
-                    a.copy_(b)
+        foreach_copy(self.torch, [x.obj for x in dsts], [x.obj for x in srcs])
 
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         t = self.torch.empty_like(src.obj, memory_format=self.torch.contiguous_format)
@@ -187,6 +177,59 @@ class TorchCudaEngine(CopyEngine):
 
     def synchronize(self) -> None:
         self.stream.synchronize()
+
+
+def foreach_copy(torch: Any, dsts: list, srcs: list) -> None:
+    """``dsts[i].copy_(srcs[i])`` for every i, outside autograd, on the current stream:
+    one batched ``_foreach_copy_`` when every tensor is contiguous."""
+    if not srcs:
+        return
+    foreach = getattr(torch, "_foreach_copy_", None)
+    with torch.no_grad():
+        if foreach is not None and all(a.is_contiguous() for a in srcs) and \
+                all(a.is_contiguous() for a in dsts):
+            foreach(dsts, srcs)
+        else:
+            for a, b in zip(dsts, srcs):
+                a.copy_(b)
+
+
+#: Device types whose tensor pairs ``copy_tensors`` takes. CPU tensors are left to
+#: the C++ core's parallel copy (faster than torch's for large tensors); tests add
+#: "cpu" to run this path without a GPU.
+BATCHED_DEVICE_TYPES: frozenset[str] = frozenset({"cuda"})
+
+
+def copy_tensors(torch: Any, srcs: list, dsts: list) -> bool:
+    """The ``copy`` hook (``copy_state`` of two trees of tensors): when every pair is
+    two tensors of one device of ``BATCHED_DEVICE_TYPES``, of one shape and dtype
+    (none a conjugate or negative view), copies them in place, one batched copy per
+    device on its current stream, and returns True; else False, nothing copied.
+    The per-value path costs ~20 us of Python per tensor; this one ~1-2 us."""
+    T = torch.Tensor
+    cuda_only = BATCHED_DEVICE_TYPES == {"cuda"}
+    index: list[int] = []
+    for s, d in zip(srcs, dsts):
+        if not isinstance(s, T) or not isinstance(d, T) or s.dtype is not d.dtype \
+                or s.shape != d.shape or s.is_conj() or d.is_conj() or s.is_neg() \
+                or d.is_neg():
+            return False
+        if cuda_only:
+            if not (s.is_cuda and d.is_cuda):
+                return False
+        elif s.device.type not in BATCHED_DEVICE_TYPES:
+            return False
+        dev = s.get_device()
+        if d.get_device() != dev:
+            return False
+        index.append(dev)
+    if len(set(index)) <= 1:
+        foreach_copy(torch, dsts, srcs)
+        return True
+    for dev in sorted(set(index)):
+        pick = [i for i, x in enumerate(index) if x == dev]
+        foreach_copy(torch, [dsts[i] for i in pick], [srcs[i] for i in pick])
+    return True
 
 
 _ENGINES: dict[str, TorchCudaEngine] = {}

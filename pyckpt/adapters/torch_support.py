@@ -33,7 +33,7 @@ from ..graph.object_graph import MISSING
 from ..graph.stateful import StateNode
 from ..registry import register_adapter
 from ..rng import register_global
-from .torch_device import device_array, torch_dtype
+from .torch_device import copy_tensors, device_array, torch_dtype
 
 
 def _torch() -> Any:
@@ -272,9 +272,15 @@ def empty(device: Any, shape: tuple, dtype: np.dtype) -> Any:
     return torch.empty(shape, dtype=torch_dtype(torch, dtype), device=torch.device(name))
 
 
+def _copy(srcs: list, dsts: list) -> bool:
+    """The ``copy`` hook: pairs of tensors of one device copied there in one batch."""
+    torch = _torch()
+    return torch is not None and copy_tensors(torch, srcs, dsts)
+
+
 def register() -> None:
     """Registers the torch hooks (leaf, target, node, empty, from_host) with
     pyckpt.registry under the name "torch", and the part "torch" of GlobalRNG."""
     register_adapter("torch", leaf=to_numpy, target=writable, node=node_for, empty=empty,
-                     from_host=from_host)
+                     from_host=from_host, copy=_copy)
     register_global("torch", global_state, set_global_state)

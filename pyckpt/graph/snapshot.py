@@ -23,8 +23,8 @@ from ..device.buffers import PinnedPool
 from ..device.copies import Value, copy_values
 from ..device.engine import CopyEngine
 from ..load_into import collect_targets
-from ..registry import node_proxy
-from ..tree import flatten, rebuild_leaf, skeleton_leaves, unflatten
+from ..registry import copy_leaves, node_proxy
+from ..tree import flatten, paired_leaves, rebuild_leaf, skeleton_leaves, unflatten
 from ..variables import Variable
 from .keys import VALUE_SUFFIX, escape, index_lists, unescape
 from .nodes import value_target
@@ -286,7 +286,15 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     A destination is always written in place (a tensor keeps its storage). An
     object restored as a whole (a torch optimizer) gets the source's values
     below it through its restore hook, as ``Checkpoint.restore`` does.
+
+    Two trees of one structure whose leaves an adapter copies in one batch (torch
+    CUDA tensors: ``_foreach_copy_``) take that batch alone, without the per-value
+    path: they match key for key, shape for shape and dtype for dtype, so nothing
+    can differ that strict checking would report.
     """
+    pairs_fast = paired_leaves(src, dst)
+    if pairs_fast is not None and pairs_fast[0] and copy_leaves(*pairs_fast):
+        return dst
     s, states = _sources(src)
     d = _targets(dst)
     unit_keys = [[k for k in s if k not in d.arrays and k not in d.setters

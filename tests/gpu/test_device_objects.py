@@ -125,6 +125,25 @@ def test_copy_state_between_cuda_state_dicts():
     assert_state(dst, clone_state(src))
 
 
+def test_copy_state_of_cuda_trees_is_one_batched_copy(monkeypatch):
+    """Two state dicts of one structure: one _foreach_copy_, no per-value path."""
+    from pyckpt.graph import snapshot as snapshot_mod
+
+    from pyckpt.testing.spies import count_calls
+
+    src, dst = make_model(5), make_model(6)
+    foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+    per_value = count_calls(monkeypatch, snapshot_mod, "_sources")
+    ptrs = pointers(dst)
+    tree_src = {"model": src.state_dict(), "extra": [torch.arange(5, device=DEV)]}
+    tree_dst = {"model": dst.state_dict(), "extra": [torch.zeros(5, dtype=torch.int64, device=DEV)]}
+    pyckpt.copy_state(tree_src, tree_dst)
+    assert (len(foreach), len(per_value)) == (1, 0)
+    assert pointers(dst) == ptrs
+    assert_state(dst, clone_state(src))
+    assert torch.equal(tree_dst["extra"][0], tree_src["extra"][0])
+
+
 def test_copy_state_strict_reports_a_mismatch():
     src = {"w": torch.zeros(3, 4, device=DEV)}
     dst = {"w": torch.zeros(4, 3, device=DEV)}

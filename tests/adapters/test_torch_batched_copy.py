@@ -1,0 +1,132 @@
+"""copy_state's batched path: two trees of one structure whose leaves are tensors of
+one device are copied with one ``_foreach_copy_`` per device, without the per-value
+path (~20 us of Python per tensor). CUDA takes it in production; these tests let CPU
+tensors take it too (``BATCHED_DEVICE_TYPES``), so the same code runs without a GPU.
+Anything that differs falls back to the per-value path, whose checks report it."""
+
+import pytest
+
+from pyckpt.testing.requirements import require
+
+torch = require("torch")
+
+import pyckpt  # noqa: E402
+from pyckpt.adapters import torch_device  # noqa: E402
+from pyckpt.graph import snapshot as snapshot_mod  # noqa: E402
+from pyckpt.testing.spies import count_calls  # noqa: E402
+from pyckpt.tree import paired_leaves  # noqa: E402
+
+
+class _Paths:
+    """How often copy_state took each way during a test."""
+
+    def __init__(self, monkeypatch):
+        self.foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+        self.per_value = count_calls(monkeypatch, snapshot_mod, "_sources")
+
+    def taken(self):
+        return {"foreach": len(self.foreach), "per_value": len(self.per_value)}
+
+
+@pytest.fixture
+def batched_cpu(monkeypatch):
+    """CPU tensors take the batched path; counts the ways copy_state takes."""
+    monkeypatch.setattr(torch_device, "BATCHED_DEVICE_TYPES", frozenset({"cuda", "cpu"}))
+    return _Paths(monkeypatch)
+
+
+def _tree(seed, t=None):
+    g = torch.Generator().manual_seed(seed)
+    return {"layers": [{"w": torch.randn(4, 3, generator=g), "b": torch.randn(3, generator=g)}
+                       for _ in range(3)],
+            "step": torch.tensor(seed),
+            "half": torch.randn(5, generator=g).to(torch.bfloat16),
+            "pair": (torch.randn(2, generator=g), torch.zeros((), dtype=torch.int64) + seed),
+            "model.0.weight": torch.randn(2, 2, generator=g)}
+
+
+def _flat(tree):
+    return paired_leaves(tree, tree)[0]
+
+
+def test_two_trees_of_tensors_are_copied_in_one_batch_in_place(batched_cpu):
+    src, dst = _tree(1), _tree(2)
+    ptrs = [t.data_ptr() for t in _flat(dst)]
+    assert pyckpt.copy_state(src, dst) is dst
+    assert [t.data_ptr() for t in _flat(dst)] == ptrs
+    assert all(torch.equal(a, b) for a, b in zip(_flat(src), _flat(dst)))
+    assert batched_cpu.taken() == {"foreach": 1, "per_value": 0}
+
+
+def test_parameters_and_non_contiguous_destinations_are_filled(batched_cpu):
+    lin_a, lin_b = torch.nn.Linear(3, 4), torch.nn.Linear(3, 4)
+    t_dst = torch.zeros(3, 4).t()  # a transposed view: filled where it lies
+    src = {"m": dict(lin_a.named_parameters()), "t": torch.arange(12.).reshape(4, 3)}
+    dst = {"m": dict(lin_b.named_parameters()), "t": t_dst}
+    pyckpt.copy_state(src, dst)  # parameters require grad: copied outside autograd
+    assert torch.equal(lin_b.weight, lin_a.weight) and torch.equal(lin_b.bias, lin_a.bias)
+    assert torch.equal(t_dst, src["t"])
+    assert batched_cpu.taken()["per_value"] == 0
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "missing", "extra", "length", "scalar",
+                                    "int_key", "slash_key", "list_vs_tuple"])
+def test_anything_that_differs_goes_the_per_value_way_and_is_reported(batched_cpu, change):
+    src, dst = _tree(1), _tree(2)
+    if change == "shape":
+        dst["layers"][1]["w"] = torch.zeros(3, 4)
+    elif change == "dtype":
+        dst["step"] = torch.tensor(2.0)
+    elif change == "missing":
+        del dst["half"]
+    elif change == "extra":
+        dst["more"] = torch.zeros(1)
+    elif change == "length":
+        dst["layers"].append({"w": torch.zeros(4, 3), "b": torch.zeros(3)})
+    elif change == "scalar":
+        src["lr"], dst["lr"] = 0.5, 0.1
+    elif change == "int_key":
+        src["by_id"], dst["by_id"] = {7: torch.ones(1)}, {7: torch.zeros(1)}
+    elif change == "slash_key":
+        src["a/b"], dst["a/b"] = torch.ones(1), torch.zeros(1)
+    elif change == "list_vs_tuple":
+        dst["pair"] = list(dst["pair"])
+    if change in ("shape", "dtype", "missing", "extra", "length"):
+        with pytest.raises(ValueError, match="copy_state: source and destination differ"):
+            pyckpt.copy_state(src, dst)
+    else:  # the per-value path copies what the batched one does not take
+        pyckpt.copy_state(src, dst)
+        assert torch.equal(dst["layers"][0]["w"], src["layers"][0]["w"])
+        if change == "scalar":
+            assert dst["lr"] == 0.5
+        if change == "int_key":
+            assert torch.equal(dst["by_id"][7], torch.ones(1))
+    assert batched_cpu.taken()["per_value"] == 1
+
+
+def test_without_strict_a_mismatch_is_skipped_by_the_per_value_way(batched_cpu):
+    src, dst = _tree(1), _tree(2)
+    dst["layers"][1]["w"] = torch.zeros(3, 4)
+    pyckpt.copy_state(src, dst, strict=False)
+    assert torch.equal(dst["layers"][0]["w"], src["layers"][0]["w"])
+    assert torch.equal(dst["layers"][1]["w"], torch.zeros(3, 4))
+    assert batched_cpu.taken()["per_value"] == 1
+
+
+def test_cpu_tensors_keep_the_core_copy_by_default(monkeypatch):
+    """Large CPU tensors copy faster through the C++ core than through torch."""
+    calls = count_calls(monkeypatch, snapshot_mod, "_sources")
+    src, dst = _tree(1), _tree(2)
+    pyckpt.copy_state(src, dst)
+    assert calls == [1]
+    assert all(torch.equal(a, b) for a, b in zip(_flat(src), _flat(dst)))
+
+
+def test_paired_leaves_walks_both_trees_in_order():
+    a = {"x": [1, (2, 3)], "y": {"z": 4}}
+    b = {"y": {"z": 40}, "x": [10, (20, 30)]}  # key order does not matter
+    assert paired_leaves(a, b) == ([1, 2, 3, 4], [10, 20, 30, 40])
+    assert paired_leaves(a, {"x": [1, (2, 3)], "y": {"z": [4]}}) is None  # leaf vs list
+    assert paired_leaves(a, {"x": [1, [2, 3]], "y": {"z": 4}}) is None   # tuple vs list
+    assert paired_leaves({"": 1}, {"": 1}) is None and paired_leaves({"..": 1}, {"..": 1}) is None
+    assert paired_leaves(5, 5) is None
