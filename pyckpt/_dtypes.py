@@ -53,6 +53,15 @@ def dtype_name(dtype: np.dtype) -> str:
     return name
 
 
+def refuse_objects(dtype: np.dtype, where: str = "") -> None:
+    """TypeError for a dtype holding Python objects (references: never stored or
+    copied as bytes); ``where`` (a key) starts the message."""
+    if dtype.hasobject:
+        raise TypeError((f"{where}: " if where else "") + "pyckpt cannot store or copy "
+                        "arrays of Python objects (dtype object); convert them to a "
+                        "fixed-size dtype")
+
+
 def _dtype_name(dtype: np.dtype) -> str:
     if dtype.name in _BUILTIN:
         return dtype.name
@@ -64,9 +73,7 @@ def _dtype_name(dtype: np.dtype) -> str:
         ml = _ml_dtype_names().get(dtype.name)
         if ml is not None and ml == dtype:
             return dtype.name
-    if dtype.hasobject:
-        raise TypeError("pyckpt cannot store arrays of Python objects (dtype object); "
-                        "convert them to a fixed-size dtype")
+    refuse_objects(dtype)
     raise TypeError(f"pyckpt cannot store arrays of dtype {dtype!r} "
                     "(supported: bool, ints, floats, complex, bytes/str, datetime, ml_dtypes)")
 

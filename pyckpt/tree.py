@@ -286,7 +286,7 @@ def paired_leaves(a: Any, b: Any) -> tuple[list, list] | None:
     not a str that ``flatten`` takes as it is (a non-empty key part: no ``/``, not
     ``.`` or ``..``), or when a tree nests too deep: then the caller matches by flat
     keys, whose errors name what differs (``copy_state``'s fast path)."""
-    if not isinstance(a, (dict, list, tuple)):
+    if not isinstance(a, (dict, list, tuple)) or not isinstance(b, (dict, list, tuple)):
         return None
     xs: list = []
     ys: list = []
@@ -294,30 +294,46 @@ def paired_leaves(a: Any, b: Any) -> tuple[list, list] | None:
 
 
 def _pair(a: Any, b: Any, depth: int, xs: list, ys: list) -> bool:
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or len(a) != len(b) or depth > _MAX_DEPTH:
-            return False
-        for k, v in a.items():
-            if type(k) is not str or k not in b or not _plain_part(k):
-                return False
-            if not _pair(v, b[k], depth + 1, xs, ys):
-                return False
-        return True
-    if isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or isinstance(a, list) != isinstance(b, list) \
-                or len(a) != len(b) or depth > _MAX_DEPTH:
-            return False
-        return all(_pair(x, y, depth + 1, xs, ys) for x, y in zip(a, b))
-    if isinstance(b, (dict, list, tuple)):
+    """``paired_leaves`` below the containers ``a`` and ``b`` (leaves handled here,
+    not by a call each: trees hold thousands)."""
+    if depth > _MAX_DEPTH:
         return False
-    xs.append(a)
-    ys.append(b)
-    return True
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or len(a) != len(b):
+            return False
+        pairs: Iterable = ((v, b.get(k, _ABSENT)) for k, v in a.items()
+                           if k in _PLAIN_PARTS or _plain_part(k))
+        n = len(a)
+    elif isinstance(b, (list, tuple)) and isinstance(a, list) == isinstance(b, list) \
+            and len(a) == len(b):
+        pairs, n = zip(a, b), len(a)
+    else:
+        return False
+    count = 0
+    for v, w in pairs:
+        count += 1
+        if isinstance(v, (dict, list, tuple)):
+            if not _pair(v, w, depth + 1, xs, ys):
+                return False
+        elif w is _ABSENT or isinstance(w, (dict, list, tuple)):
+            return False
+        else:
+            xs.append(v)
+            ys.append(w)
+    return count == n  # every key was plain
 
 
-def _plain_part(k: str) -> bool:
+_ABSENT = object()
+_PLAIN_PARTS: set[str] = set()  # keys seen to be plain (bounded)
+
+
+def _plain_part(k: Any) -> bool:
     """A dict key that ``flatten`` keeps as one part of a valid flat key."""
-    return bool(k) and "/" not in k and k != "." and k != ".." and "\x00" not in k
+    ok = type(k) is str and bool(k) and "/" not in k and k != "." and k != ".." \
+        and "\x00" not in k
+    if ok and len(_PLAIN_PARTS) < 65536:
+        _PLAIN_PARTS.add(k)
+    return ok
 
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "complex": complex}

@@ -23,7 +23,7 @@ DeviceArray (CPU tensors are numpy views, ``torch_support.py``).
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -194,41 +194,45 @@ def foreach_copy(torch: Any, dsts: list, srcs: list) -> None:
                 a.copy_(b)
 
 
-#: Device types whose tensor pairs ``copy_tensors`` takes. CPU tensors are left to
-#: the C++ core's parallel copy (faster than torch's for large tensors); tests add
-#: "cpu" to run this path without a GPU.
-BATCHED_DEVICE_TYPES: frozenset[str] = frozenset({"cuda"})
+#: CPU tensors below this size are copied by torch in one batch; larger ones by the
+#: C++ core, in parallel (faster than torch's copy for large tensors).
+SMALL_HOST_BYTES = 1 << 20
+_SMALL_HOST, _LARGE_HOST = -1, -2  # group keys of CPU pairs (CUDA pairs: the device index)
 
 
-def copy_tensors(torch: Any, srcs: list, dsts: list) -> bool:
+def copy_tensors(torch: Any, srcs: list, dsts: list,
+                 host_copy: Callable[[list, list], None]) -> bool:
     """The ``copy`` hook (``copy_state`` of two trees of tensors): when every pair is
-    two tensors of one device of ``BATCHED_DEVICE_TYPES``, of one shape and dtype
-    (none a conjugate or negative view), copies them in place, one batched copy per
-    device on its current stream, and returns True; else False, nothing copied.
-    The per-value path costs ~20 us of Python per tensor; this one ~1-2 us."""
-    T = torch.Tensor
-    cuda_only = BATCHED_DEVICE_TYPES == {"cuda"}
-    index: list[int] = []
+    two strided tensors of one CUDA device, or two CPU tensors, of one shape and
+    dtype (none a conjugate or negative view, no inference tensor to write), copies
+    them in place and returns True; else False, nothing copied. CUDA pairs: one
+    batched copy per device, on its current stream. CPU pairs: those under
+    ``SMALL_HOST_BYTES`` in one batch, the others by ``host_copy(srcs, dsts)``. The
+    per-value path costs 20-40 us of Python per tensor; this one 1-3 us."""
+    T, strided = torch.Tensor, torch.strided
+    devs: list[int] = []  # per pair: the CUDA device index, or a host group
     for s, d in zip(srcs, dsts):
         if not isinstance(s, T) or not isinstance(d, T) or s.dtype is not d.dtype \
-                or s.shape != d.shape or s.is_conj() or d.is_conj() or s.is_neg() \
-                or d.is_neg():
+                or s.shape != d.shape or s.layout is not strided or d.layout is not strided \
+                or s.is_conj() or d.is_conj() or s.is_neg() or d.is_neg() or d.is_inference():
             return False
-        if cuda_only:
-            if not (s.is_cuda and d.is_cuda):
+        if s.is_cuda:
+            dev = s.get_device()
+            if not d.is_cuda or d.get_device() != dev:
                 return False
-        elif s.device.type not in BATCHED_DEVICE_TYPES:
+        elif s.is_cpu and d.is_cpu:
+            dev = _SMALL_HOST if s.nbytes < SMALL_HOST_BYTES else _LARGE_HOST
+        else:
             return False
-        dev = s.get_device()
-        if d.get_device() != dev:
-            return False
-        index.append(dev)
-    if len(set(index)) <= 1:
-        foreach_copy(torch, dsts, srcs)
-        return True
-    for dev in sorted(set(index)):
-        pick = [i for i, x in enumerate(index) if x == dev]
-        foreach_copy(torch, [dsts[i] for i in pick], [srcs[i] for i in pick])
+        devs.append(dev)
+    kinds = set(devs)
+    for dev in sorted(kinds):
+        pick = range(len(devs)) if len(kinds) == 1 else [i for i, x in enumerate(devs) if x == dev]
+        group_s, group_d = [srcs[i] for i in pick], [dsts[i] for i in pick]
+        if dev == _LARGE_HOST:
+            host_copy(group_s, group_d)
+        else:
+            foreach_copy(torch, group_d, group_s)
     return True
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..device.array import DeviceArray
+from ..device.copies import copy_values
 from ..graph.object_graph import MISSING
 from ..graph.stateful import StateNode
 from ..registry import register_adapter
@@ -273,9 +274,17 @@ def empty(device: Any, shape: tuple, dtype: np.dtype) -> Any:
 
 
 def _copy(srcs: list, dsts: list) -> bool:
-    """The ``copy`` hook: pairs of tensors of one device copied there in one batch."""
+    """The ``copy`` hook: pairs of tensors of one device copied in batches
+    (``torch_device.copy_tensors``); large CPU tensors by the C++ core."""
     torch = _torch()
-    return torch is not None and copy_tensors(torch, srcs, dsts)
+    return torch is not None and copy_tensors(torch, srcs, dsts, _host_copy)
+
+
+def _host_copy(srcs: list, dsts: list) -> None:
+    """CPU tensors copied through numpy views, in parallel by the C++ core."""
+    src_views: list[Any] = [to_numpy(s) for s in srcs]
+    dst_views: list[Any] = [writable(d) for d in dsts]  # (view, None) for CPU tensors
+    copy_values(src_views, [v[0] for v in dst_views], 0)
 
 
 def register() -> None:

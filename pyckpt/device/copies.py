@@ -15,7 +15,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from .._dtypes import finish_byte_order, source_order_view
+from .._dtypes import finish_byte_order, refuse_objects, source_order_view
 from .._native import core as _core
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket
@@ -71,7 +71,9 @@ class _Routes:
             self._from_device(s, d)
         elif isinstance(d, DeviceArray):
             _append(self.h2d, d.engine, _for_device(s, d), d)
-        else:
+        else:  # bytes copied by the core: references would be duplicated, not counted
+            refuse_objects(s.dtype)
+            refuse_objects(d.dtype)
             self.host_s.append(s)
             self.host_d.append(d)
 

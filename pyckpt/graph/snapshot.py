@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._dtypes import describe_dtypes, same_dtype
+from .._dtypes import describe_dtypes, refuse_objects, same_dtype
 from ..device.array import DeviceArray
 from ..device.buffers import PinnedPool
 from ..device.copies import Value, copy_values
@@ -287,13 +287,15 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     object restored as a whole (a torch optimizer) gets the source's values
     below it through its restore hook, as ``Checkpoint.restore`` does.
 
-    Two trees of one structure whose leaves an adapter copies in one batch (torch
-    CUDA tensors: ``_foreach_copy_``) take that batch alone, without the per-value
-    path: they match key for key, shape for shape and dtype for dtype, so nothing
-    can differ that strict checking would report.
+    Two trees of one structure whose leaves are all writable numpy arrays, or all
+    taken by an adapter's ``copy`` hook (torch tensors; unless ``threads`` is
+    given), are copied in one batch without the per-value path: they match key for
+    key, shape for shape and dtype for dtype, so nothing can differ that strict
+    checking would report.
     """
-    pairs_fast = paired_leaves(src, dst)
-    if pairs_fast is not None and pairs_fast[0] and copy_leaves(*pairs_fast):
+    leaves = paired_leaves(src, dst)
+    if leaves is not None and leaves[0] and (_copy_host_arrays(*leaves, threads) or
+                                             (not threads and copy_leaves(*leaves))):
         return dst
     s, states = _sources(src)
     d = _targets(dst)
@@ -315,6 +317,19 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     for (setter, kind, _), value in zip(pairs.setters, scalars):
         setter(rebuild_leaf(kind, value))
     return dst
+
+
+def _copy_host_arrays(srcs: list, dsts: list, threads: int) -> bool:
+    """Copies every pair in one parallel batch and returns True when all are numpy
+    arrays of one shape and dtype (no Python objects) with a writable destination;
+    else False, nothing copied."""
+    for a, b in zip(srcs, dsts):
+        if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or \
+                a.dtype != b.dtype or a.shape != b.shape or not b.flags.writeable or \
+                a.dtype.hasobject:
+            return False
+    copy_values(srcs, dsts, threads)
+    return True
 
 
 def _key_problems(s: dict[str, Value], d: _Targets, states: dict[str, Any],
@@ -367,6 +382,8 @@ class _Pairs:
 
     def _add(self, key: str, arr: Value, target: Value, after: Callable[[], None] | None,
              strict: bool, problems: list[str]) -> None:
+        refuse_objects(arr.dtype, repr(key))
+        refuse_objects(target.dtype, repr(key))
         if tuple(target.shape) != tuple(arr.shape) or not same_dtype(target.dtype, arr.dtype):
             if strict:
                 ours, theirs = describe_dtypes(arr.dtype, target.dtype)

@@ -1,8 +1,9 @@
-"""copy_state's batched path: two trees of one structure whose leaves are tensors of
-one device are copied with one ``_foreach_copy_`` per device, without the per-value
-path (~20 us of Python per tensor). CUDA takes it in production; these tests let CPU
-tensors take it too (``BATCHED_DEVICE_TYPES``), so the same code runs without a GPU.
-Anything that differs falls back to the per-value path, whose checks report it."""
+"""copy_state's batched path: two trees of one structure whose leaves are torch
+tensors are copied in batches, without the per-value path (~20-40 us of Python per
+tensor): pairs of one CUDA device with one ``_foreach_copy_`` per device, CPU pairs
+under 1 MiB with one ``_foreach_copy_``, larger CPU pairs by the C++ core. Anything
+that differs falls back to the per-value path, whose checks report it. (CUDA pairs:
+tests/gpu/test_device_objects.py.)"""
 
 import pytest
 
@@ -11,7 +12,7 @@ from pyckpt.testing.requirements import require
 torch = require("torch")
 
 import pyckpt  # noqa: E402
-from pyckpt.adapters import torch_device  # noqa: E402
+from pyckpt.adapters import torch_support  # noqa: E402
 from pyckpt.graph import snapshot as snapshot_mod  # noqa: E402
 from pyckpt.testing.spies import count_calls  # noqa: E402
 from pyckpt.tree import paired_leaves  # noqa: E402
@@ -22,16 +23,16 @@ class _Paths:
 
     def __init__(self, monkeypatch):
         self.foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+        self.core = count_calls(monkeypatch, torch_support, "copy_values")
         self.per_value = count_calls(monkeypatch, snapshot_mod, "_sources")
 
     def taken(self):
-        return {"foreach": len(self.foreach), "per_value": len(self.per_value)}
+        return {"foreach": len(self.foreach), "core": len(self.core),
+                "per_value": len(self.per_value)}
 
 
 @pytest.fixture
-def batched_cpu(monkeypatch):
-    """CPU tensors take the batched path; counts the ways copy_state takes."""
-    monkeypatch.setattr(torch_device, "BATCHED_DEVICE_TYPES", frozenset({"cuda", "cpu"}))
+def paths(monkeypatch):
     return _Paths(monkeypatch)
 
 
@@ -49,16 +50,16 @@ def _flat(tree):
     return paired_leaves(tree, tree)[0]
 
 
-def test_two_trees_of_tensors_are_copied_in_one_batch_in_place(batched_cpu):
+def test_two_trees_of_tensors_are_copied_in_one_batch_in_place(paths):
     src, dst = _tree(1), _tree(2)
     ptrs = [t.data_ptr() for t in _flat(dst)]
     assert pyckpt.copy_state(src, dst) is dst
     assert [t.data_ptr() for t in _flat(dst)] == ptrs
     assert all(torch.equal(a, b) for a, b in zip(_flat(src), _flat(dst)))
-    assert batched_cpu.taken() == {"foreach": 1, "per_value": 0}
+    assert paths.taken() == {"foreach": 1, "core": 0, "per_value": 0}
 
 
-def test_parameters_and_non_contiguous_destinations_are_filled(batched_cpu):
+def test_parameters_and_non_contiguous_destinations_are_filled(paths):
     lin_a, lin_b = torch.nn.Linear(3, 4), torch.nn.Linear(3, 4)
     t_dst = torch.zeros(3, 4).t()  # a transposed view: filled where it lies
     src = {"m": dict(lin_a.named_parameters()), "t": torch.arange(12.).reshape(4, 3)}
@@ -66,12 +67,12 @@ def test_parameters_and_non_contiguous_destinations_are_filled(batched_cpu):
     pyckpt.copy_state(src, dst)  # parameters require grad: copied outside autograd
     assert torch.equal(lin_b.weight, lin_a.weight) and torch.equal(lin_b.bias, lin_a.bias)
     assert torch.equal(t_dst, src["t"])
-    assert batched_cpu.taken()["per_value"] == 0
+    assert paths.taken()["per_value"] == 0
 
 
 @pytest.mark.parametrize("change", ["shape", "dtype", "missing", "extra", "length", "scalar",
                                     "int_key", "slash_key", "list_vs_tuple"])
-def test_anything_that_differs_goes_the_per_value_way_and_is_reported(batched_cpu, change):
+def test_anything_that_differs_goes_the_per_value_way_and_is_reported(paths, change):
     src, dst = _tree(1), _tree(2)
     if change == "shape":
         dst["layers"][1]["w"] = torch.zeros(3, 4)
@@ -101,25 +102,50 @@ def test_anything_that_differs_goes_the_per_value_way_and_is_reported(batched_cp
             assert dst["lr"] == 0.5
         if change == "int_key":
             assert torch.equal(dst["by_id"][7], torch.ones(1))
-    assert batched_cpu.taken()["per_value"] == 1
+    assert paths.taken()["per_value"] == 1
 
 
-def test_without_strict_a_mismatch_is_skipped_by_the_per_value_way(batched_cpu):
+def test_without_strict_a_mismatch_is_skipped_by_the_per_value_way(paths):
     src, dst = _tree(1), _tree(2)
     dst["layers"][1]["w"] = torch.zeros(3, 4)
     pyckpt.copy_state(src, dst, strict=False)
     assert torch.equal(dst["layers"][0]["w"], src["layers"][0]["w"])
     assert torch.equal(dst["layers"][1]["w"], torch.zeros(3, 4))
-    assert batched_cpu.taken()["per_value"] == 1
+    assert paths.taken()["per_value"] == 1
 
 
-def test_cpu_tensors_keep_the_core_copy_by_default(monkeypatch):
-    """Large CPU tensors copy faster through the C++ core than through torch."""
-    calls = count_calls(monkeypatch, snapshot_mod, "_sources")
-    src, dst = _tree(1), _tree(2)
+def test_large_cpu_tensors_go_through_the_core_small_ones_in_one_batch(paths):
+    big = 300_000  # 1.2 MB of float32: above SMALL_HOST_BYTES
+    src = {"big": torch.randn(big), "bf16": torch.randn(big).to(torch.bfloat16),
+           "small": [torch.randn(10) for _ in range(5)]}
+    dst = {"big": torch.zeros(big), "bf16": torch.zeros(big, dtype=torch.bfloat16),
+           "small": [torch.zeros(10) for _ in range(5)]}
     pyckpt.copy_state(src, dst)
-    assert calls == [1]
+    assert paths.taken() == {"foreach": 1, "core": 1, "per_value": 0}
     assert all(torch.equal(a, b) for a, b in zip(_flat(src), _flat(dst)))
+
+
+def test_explicit_threads_take_the_per_value_way(paths):
+    src, dst = _tree(1), _tree(2)
+    pyckpt.copy_state(src, dst, threads=2)
+    assert paths.taken()["per_value"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(_flat(src), _flat(dst)))
+
+
+def test_tensors_of_other_layouts_or_devices_take_the_per_value_way(paths):
+    src = {"m": torch.zeros(2, 2, device="meta")}
+    dst = {"m": torch.zeros(2, 2, device="meta")}
+    assert not torch_support._copy(paired_leaves(src, dst)[0], paired_leaves(src, dst)[1])
+    c = torch.tensor([1 + 2j, 3 - 1j])
+    src, dst = {"c": c.conj()}, {"c": torch.zeros(2, dtype=torch.complex64)}
+    pyckpt.copy_state(src, dst)  # a conjugate view: resolved by the per-value way
+    assert torch.equal(dst["c"], c.conj().resolve_conj())
+    assert paths.taken()["per_value"] == 1
+    with torch.inference_mode():
+        frozen = torch.zeros(3)  # torch refuses in-place writes outside inference mode
+    pyckpt.copy_state({"f": torch.ones(3)}, {"f": frozen})  # the per-value way fills it
+    assert torch.equal(frozen, torch.ones(3))
+    assert paths.taken()["per_value"] == 2
 
 
 def test_paired_leaves_walks_both_trees_in_order():

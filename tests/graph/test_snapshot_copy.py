@@ -90,3 +90,30 @@ def test_copy_state_between_trees_and_from_snapshot():
     other = pyckpt.Checkpoint(net=Net(8))
     pyckpt.copy_state(snap, other)
     np.testing.assert_array_equal(other.net.w.numpy(), net.w.numpy())
+
+
+def test_copy_state_of_numpy_trees_is_one_batch(monkeypatch):
+    """Trees of one structure whose leaves are all numpy arrays (a strided destination
+    included) skip the per-value path; a read-only destination, a byte-order or
+    object-dtype pair does not, and is reported or handled there as before."""
+    from pyckpt.graph import snapshot as snapshot_mod
+    from pyckpt.testing.spies import count_calls
+
+    per_value = count_calls(monkeypatch, snapshot_mod, "_sources")
+    rng = np.random.default_rng(0)
+    src = {"a": [rng.standard_normal((3, 4)) for _ in range(3)], "t": rng.standard_normal((5, 2))}
+    dst = {"a": [np.zeros((3, 4)) for _ in range(3)], "t": np.zeros((2, 5)).T}
+    pyckpt.copy_state(src, dst)
+    assert len(per_value) == 0
+    for x, y in zip(src["a"] + [src["t"]], dst["a"] + [dst["t"]]):
+        np.testing.assert_array_equal(x, y)
+    frozen = np.zeros(2)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        pyckpt.copy_state({"r": np.ones(2)}, {"r": frozen})
+    swapped = np.zeros(3, dtype=">f8")
+    pyckpt.copy_state({"s": np.arange(3.0)}, {"s": swapped})  # byte order: the per-value way
+    np.testing.assert_array_equal(swapped, np.arange(3.0))
+    with pytest.raises(TypeError, match="'o': .*Python objects"):  # never copied as bytes
+        pyckpt.copy_state({"o": np.array([object()])}, {"o": np.array([None], dtype=object)})
+    assert len(per_value) == 3
