@@ -24,8 +24,6 @@ from http import server
 import gcp_storage_emulator.server as emulator
 import gcp_storage_emulator.storage as storage
 
-emulator.server.HTTPServer = server.ThreadingHTTPServer
-
 _SAVING = threading.Lock()
 _save = storage.Storage._write_config_to_file
 
@@ -39,8 +37,6 @@ def _save_safely(self):
                 continue
         return _save(self)
 
-
-storage.Storage._write_config_to_file = _save_safely
 
 _write_bytes = storage._FileStore.write_bytes
 
@@ -59,9 +55,17 @@ def _write_atomically(self, rel, content):
     os.replace(tmp, path)
 
 
-storage._FileStore.write_bytes = _write_atomically
+def install() -> None:
+    """Applies the changes above to the emulator's modules, in this process only (the
+    launcher's own): the threaded server replaces ``http.server.HTTPServer`` for
+    every user of that module, so importing this module changes nothing."""
+    emulator.server.HTTPServer = server.ThreadingHTTPServer
+    storage.Storage._write_config_to_file = _save_safely
+    storage._FileStore.write_bytes = _write_atomically
 
-from gcp_storage_emulator.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
+    install()
+    from gcp_storage_emulator.__main__ import main  # after install(): it may bind names
+
     sys.exit(main())
