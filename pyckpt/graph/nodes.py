@@ -14,7 +14,11 @@ from ..variables import Variable
 from .missing import MISSING
 from .stateful import PyValue, state_proxy
 
-__all__ = ["MISSING", "value_target", "value_array", "is_value", "is_node"]
+__all__ = ["MISSING", "Target", "value_target", "value_array", "is_value", "is_node",
+           "TargetMemo", "remembered_target"]
+
+#: What a value node saves from and restores into: (array, finish or None).
+Target = tuple["np.ndarray | DeviceArray", "Callable[[], None] | None"]
 
 
 def _adapt(obj: Any) -> Any:
@@ -25,7 +29,7 @@ def _adapt(obj: Any) -> Any:
     return proxy if proxy is not None else state_proxy(obj)
 
 
-def value_target(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None:
+def value_target(obj: Any) -> Target | None:
     """(array, finish) a value node saves from and restores into (a DeviceArray for
     a value in device memory): ``finish`` (or None) must run after the array was
     filled (e.g. to copy a host copy back to its device)."""
@@ -50,11 +54,31 @@ def is_value(obj: Any) -> bool:
     return value_array(obj) is not None
 
 
-def is_node(obj: Any) -> bool:
+#: What a walk learnt of the objects it met: ``id(obj) -> (obj, value_target(obj))``
+#: (``obj`` held so that its id cannot be reused while the memo lives).
+TargetMemo = dict[int, tuple[Any, "Target | None"]]
+
+
+def is_node(obj: Any, memo: TargetMemo | None = None) -> bool:
     """Whether obj takes part in the object graph (as a value or an object): a value,
     a container, anything with the graph protocol (``Trackable`` and adapter
-    proxies: ``_pyckpt_children``), or a foreign object an adapter stands for."""
+    proxies: ``_pyckpt_children``), or a foreign object an adapter stands for.
+
+    With ``memo``, the value target found for obj is recorded there, so that a
+    walk visiting obj next does not ask the adapters again (``object_graph.traverse``)."""
     if isinstance(obj, (Variable, np.ndarray, list, tuple, dict, PyValue)) or \
             hasattr(type(obj), "_pyckpt_children"):
         return True
-    return is_value(obj) or _adapt(obj) is not None
+    if memo is None:
+        return is_value(obj) or _adapt(obj) is not None
+    target = value_target(obj)
+    memo[id(obj)] = (obj, target)
+    return target is not None or _adapt(obj) is not None
+
+
+def remembered_target(obj: Any, memo: TargetMemo) -> Target | None:
+    """``value_target(obj)``, taken from ``memo`` where ``is_node`` recorded it."""
+    seen = memo.pop(id(obj), None)
+    if seen is not None and seen[0] is obj:
+        return seen[1]
+    return value_target(obj)

@@ -24,18 +24,18 @@ from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
 from ..device.array import DeviceArray
-from .nodes import MISSING, _adapt, is_node, is_value, value_array, value_target
+from .nodes import MISSING, Target, TargetMemo, _adapt, is_node, remembered_target
 from .stateful import PyValue, is_python_value, resolve, warn_left_out
 from .trackable import Trackable
 
 
-def _element(container: Any, key: Any, v: Any) -> Any:
+def _element(container: Any, key: Any, v: Any, memo: TargetMemo | None = None) -> Any:
     """The graph node of a list, tuple or dict element: itself when it is a node, a
     PyValue for a Python value or a framework array (jax.Array...) in a list or dict
     (restored by replacement); else MISSING, with a warning once: for a Python value
     in a tuple (which a restore cannot change: left out on purpose), and for
-    anything pyckpt cannot save (once per type)."""
-    if is_node(v):
+    anything pyckpt cannot save (once per type). ``memo``: see ``nodes.is_node``."""
+    if is_node(v, memo):
         return v
     if isinstance(container, (list, dict)):
         pv = PyValue.of(v, container, key)
@@ -48,22 +48,22 @@ def _element(container: Any, key: Any, v: Any) -> Any:
     return MISSING
 
 
-def _container_edges(obj: Any) -> list[tuple[str, Any]]:
+def _container_edges(obj: Any, memo: TargetMemo | None = None) -> list[tuple[str, Any]]:
     items = enumerate(obj) if isinstance(obj, (list, tuple)) else obj.items()
     out = []
     for k, v in items:
-        node = _element(obj, k, v)
+        node = _element(obj, k, v, memo)
         if node is not MISSING:
             out.append((str(k), node))
     return out
 
 
-def _edges(obj: Any) -> tuple[list[tuple[str, Any]], Any]:
+def _edges(obj: Any, memo: TargetMemo | None = None) -> tuple[list[tuple[str, Any]], Any]:
     """(``children(obj)``, the template of obj's state (stateful.py) or None)."""
     if isinstance(obj, Trackable):
         return obj._pyckpt_children(), None
     if isinstance(obj, (list, tuple, dict)):
-        return _container_edges(obj), None
+        return _container_edges(obj, memo), None
     if isinstance(obj, (Variable, np.ndarray)):
         return [], None
     if isinstance(obj, PyValue):
@@ -83,17 +83,18 @@ def children(obj: Any) -> list[tuple[str, Any]]:
     return _edges(obj)[0]
 
 
-def get_child(obj: Any, name: str) -> Any:
-    """The child of obj under edge ``name`` (as ``children`` names them), or MISSING."""
+def get_child(obj: Any, name: str, memo: TargetMemo | None = None) -> Any:
+    """The child of obj under edge ``name`` (as ``children`` names them), or MISSING.
+    ``memo``: see ``nodes.is_node``."""
     if isinstance(obj, Trackable):
         return obj._pyckpt_get_child(name)
     if isinstance(obj, (list, tuple)):
         if name.isdigit() and int(name) < len(obj):
-            return _element(obj, int(name), obj[int(name)])
+            return _element(obj, int(name), obj[int(name)], memo)
         return MISSING
     if isinstance(obj, dict):
         key = dict_key(obj, name)
-        return MISSING if key is MISSING else _element(obj, key, obj[key])
+        return MISSING if key is MISSING else _element(obj, key, obj[key], memo)
     if isinstance(obj, PyValue):
         return MISSING
     proxy = _adapt(obj)
@@ -139,6 +140,7 @@ class LiveGraph:
     prefixes: list[str] = field(default_factory=list)  # escaped key path ("" for the root)
     edges: list[list[tuple[str, int]]] = field(default_factory=list)
     values: list[int] = field(default_factory=list)    # node ids holding values
+    targets: dict[int, Target] = field(default_factory=dict)  # value node -> value_target
     templates: dict[int, Any] = field(default_factory=dict)  # node -> its state's template
     units: list[int] = field(default_factory=list)     # restored as a whole, not descended into
     ids: dict[int, int] = field(default_factory=dict)  # id(object) -> node
@@ -162,10 +164,12 @@ class LiveGraph:
 
     def array_of(self, n: int) -> np.ndarray | DeviceArray:
         """The array of value node n (one listed in ``values``; a DeviceArray for a
-        value in device memory)."""
-        arr = value_array(self.objects[n])
-        assert arr is not None, "traverse lists only nodes that hold a value"
-        return arr
+        value in device memory), as the walk found it."""
+        return self.targets[n][0]
+
+    def target_of(self, n: int) -> Target:
+        """``value_target`` of value node n, as the walk found it: (array, finish)."""
+        return self.targets[n]
 
     def to_json(self) -> dict:
         """The graph as a manifest's ``graph`` field stores it: per node, its edges, the key
@@ -180,16 +184,23 @@ class LiveGraph:
             "kind": [_kind(o) for o in self.objects],
         }
         if self.templates:
-            def key_of(pv: PyValue) -> str:
-                key = value[self.ids[id(pv)]]
-                assert key is not None, "a template's leaves are value nodes"
-                return key
-
             state: list[Any] = [None] * len(self.objects)
-            for n, t in self.templates.items():
-                state[n] = resolve(t, key_of)
+            for n, t in self.states().items():
+                state[n] = t
             doc["state"] = state
         return doc
+
+    def states(self) -> dict[int, Any]:
+        """The state tree of every node that has one (a stateful object's, a Python
+        value's: docs/FORMAT.md section 9), its leaves naming the keys of its values."""
+        prefixes = self.prefixes
+
+        def key_of(pv: PyValue) -> str:
+            n = self.ids[id(pv)]
+            assert n in self.targets, "a template's leaves are value nodes"
+            return prefixes[n] + VALUE_SUFFIX
+
+        return {n: resolve(t, key_of) for n, t in self.templates.items()}
 
 
 def _kind(obj: Any) -> str:
@@ -218,8 +229,14 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
     """Breadth-first walk from root; objects whose id() is in ``skip`` are left out,
     those in ``stop`` are included but not descended into, and so are objects
     restored as a whole (``unit_restorer``) with ``whole_units`` (listed in
-    ``units``). A state that cannot be saved raises TypeError naming its path."""
+    ``units``). A state that cannot be saved raises TypeError naming its path.
+
+    A value node (an array, a Variable, an adapter's target such as a torch tensor)
+    is a leaf: nothing below it is walked (a PyValue's state template excepted).
+    Each object's value target is asked of the adapters once per walk (``memo``)."""
     g = LiveGraph()
+    memo: TargetMemo = {}
+    targets = g.targets
     ids = g.ids
     ids[id(root)] = 0
     skipped = set(skip)
@@ -234,13 +251,19 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
     while i < len(objects):
         obj = objects[i]
         t = type(obj)
-        if t is Variable or t is np.ndarray:
+        if t is np.ndarray or t is Variable:
+            targets[i] = (obj, None) if t is np.ndarray else (obj._value, None)
             g.values.append(i)
             i += 1
             continue
-        value = is_value(obj)
-        if value:
+        target = remembered_target(obj, memo)
+        value = target is not None
+        if target is not None:
+            targets[i] = target
             g.values.append(i)
+            if t is not PyValue:  # a leaf
+                i += 1
+                continue
         if stopped and id(obj) in stopped:
             i += 1
             continue
@@ -249,7 +272,7 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
             i += 1
             continue
         try:
-            kids, template = _edges(obj)
+            kids, template = _edges(obj, memo)
         except TypeError as e:
             raise TypeError(f"cannot save {_where(g, i)} ({type(obj).__module__}."
                             f"{type(obj).__qualname__}): {e}") from None

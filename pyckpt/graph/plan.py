@@ -10,8 +10,8 @@ from typing import Any
 from .._dtypes import describe_dtypes, same_dtype
 from ..tree import skeleton_leaves
 from .keys import STATE_SUFFIX, escape, path_string
-from .object_graph import (MISSING, can_defer, get_child, ident, traverse, unit_restorer,
-                           value_array)
+from .nodes import value_array
+from .object_graph import MISSING, can_defer, get_child, ident, traverse, unit_restorer
 from .restore import live_values, unrestored_keys
 from .sources import ValueSource
 from .stateful import PyValue

@@ -23,8 +23,8 @@ from ..device.array import DeviceArray
 from ..tree import skeleton_leaves, unflatten
 from . import deferred
 from .keys import STATE_SUFFIX, escape, index_lists, path_string
-from .object_graph import (MISSING, can_defer, get_child, ident, traverse, unit_restorer,
-                           value_array, value_target)
+from .nodes import Target, TargetMemo, remembered_target, value_target
+from .object_graph import MISSING, can_defer, get_child, ident, traverse, unit_restorer
 from .sources import ValueSource
 from .stateful import PyValue
 
@@ -57,8 +57,10 @@ class RestoreSession:
             if obj is MISSING:
                 return
         queue = [(obj, node)]  # breadth-first, so the first path to a node wins
-        assign: list[tuple[int, Any]] = []
+        assign: list[tuple[int, Any, Target]] = []
         replace: list[tuple[int, PyValue]] = []
+        memo: TargetMemo = {}  # value targets found by get_child, asked of adapters once
+        units_ran = False
         head = 0
         while head < len(queue):
             o, n = queue[head]
@@ -71,23 +73,28 @@ class RestoreSession:
                 if g.value[n] is not None or g.state[n] is not None:
                     replace.append((n, o))
                 continue
-            unit = unit_restorer(o)
-            if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
-                self._restore_unit(unit, o, n)
-                continue
+            target = remembered_target(o, memo)
+            if target is None:
+                unit = unit_restorer(o)
+                if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
+                    self._restore_unit(unit, o, n)
+                    units_ran = True
+                    continue
             key = g.value[n]
-            if key is not None and key not in self.exclude_keys and value_array(o) is not None:
-                assign.append((n, o))
+            if key is not None and key not in self.exclude_keys and target is not None:
+                assign.append((n, o, target))
             for edge, child in g.edges[n]:
                 if child in self.matched:
                     continue
-                c = get_child(o, edge)
+                c = get_child(o, edge, memo)
                 if c is MISSING:
                     if can_defer(o) and self._has_values_below(child):
                         deferred.add(o, edge, self, child)
                 else:
                     queue.append((c, child))
-        self._assign(assign)
+        # A unit's restore runs the object's own code (load_state_dict), which may give
+        # a tensor met earlier new storage: then every target is asked for again.
+        self._assign(assign, fresh=not units_ran)
         self._replace(replace)
 
     # -- stateful values (stateful.py) ---------------------------------------------------
@@ -207,14 +214,17 @@ class RestoreSession:
             self._with_values = marked
         return node in self._with_values
 
-    def _assign(self, assign: list[tuple[int, Any]]) -> None:
+    def _assign(self, assign: list[tuple[int, Any, Target]], fresh: bool) -> None:
+        """Reads the values of matched value nodes ``(node, object, its target as the
+        walk found it)`` into their objects in one batch; with ``fresh`` False, the
+        targets are asked of the objects again."""
         if not assign:
             return
         keys, dsts, problems, finish = [], [], [], []
         swap: list[np.ndarray] = []
-        for n, obj in assign:
+        for n, obj, found in assign:
             key = self.graph.value[n]
-            target = value_target(obj)
+            target = found if fresh else value_target(obj)
             # restore_subtree queues only value nodes matched with objects holding a value
             assert key is not None and target is not None
             dst, after = target
@@ -238,7 +248,7 @@ class RestoreSession:
             keys.append(key)
             dsts.append(dst)
         if problems:
-            for n, _ in assign:  # nothing was restored: forget these matches
+            for n, _, _ in assign:  # nothing was restored: forget these matches
                 self.matched.pop(n, None)
             raise ValueError(f"cannot restore from {self.source.describe()}:\n  "
                              + "\n  ".join(problems))
@@ -246,7 +256,7 @@ class RestoreSession:
         finish_byte_order(swap)
         for after in finish:
             after()
-        self.consumed.update(n for n, _ in assign)
+        self.consumed.update(n for n, _, _ in assign)
 
     # -- reports -----------------------------------------------------------------------
     def unmatched_checkpoint_keys(self) -> list[str]:

@@ -27,7 +27,6 @@ from ..registry import copy_leaves, node_proxy
 from ..tree import flatten, paired_leaves, rebuild_leaf, skeleton_leaves, unflatten
 from ..variables import Variable
 from .keys import VALUE_SUFFIX, escape, index_lists, unescape
-from .nodes import value_target
 from .object_graph import StoredGraph, traverse, unit_restorer
 from .stateful import PyValue
 from .trackable import Trackable
@@ -182,7 +181,7 @@ def _sources(x: Any) -> tuple[dict[str, Value], dict[str, Any]]:
     if _is_graph(x):
         live = traverse(x)
         values = {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
-        return values, _states(StoredGraph.from_doc(live.to_json()))
+        return values, {live.prefixes[n]: t for n, t in live.states().items()}
     leaves, _ = flatten(x)
     return {lf.key: lf.array for lf in leaves}, {}
 
@@ -212,14 +211,8 @@ def _targets(x: Any) -> _Targets:
     if isinstance(x, Snapshot):
         raise TypeError("copy_state cannot write into a Snapshot; restore it instead")
     if _is_graph(x):
-        first = traverse(x)
-        units = {id(o): unit_restorer(o) for o in first.objects}
-        units = {k: u for k, u in units.items() if u is not None}
-        live = traverse(x, stop=units) if units else first
-        for n, o in enumerate(live.objects):
-            u = units.get(id(o))
-            if u is not None:
-                out.units.append((live.prefixes[n], u))
+        live = traverse(x, whole_units=True)  # objects restored as a whole: not below
+        out.units = [(live.prefixes[n], unit_restorer(live.objects[n])) for n in live.units]
         out.texts = [(live.prefixes[n], o) for n, o in enumerate(live.objects)
                      if isinstance(o, PyValue) and o.parent is not None and o.array is None]
         for k, n in zip(live.value_keys(), live.values):
@@ -227,7 +220,7 @@ def _targets(x: Any) -> _Targets:
             if isinstance(obj, PyValue) and obj.parent is not None:  # replaced, not filled
                 out.setters[k] = (obj.put, obj.kind or "ndarray")
             else:
-                out.arrays[k] = _value_target(obj)
+                out.arrays[k] = live.target_of(n)
         return out
     for t in collect_targets(x):
         if t.sharded is not None:
@@ -238,12 +231,6 @@ def _targets(x: Any) -> _Targets:
         else:
             out.arrays[t.key] = (t.array, t.after)
     return out
-
-
-def _value_target(obj: Any) -> tuple[Value, Callable[[], None] | None]:
-    t = value_target(obj)
-    assert t is not None, "traverse lists only nodes that hold a value"
-    return t
 
 
 def _nested(paths: list[list[str]], values: list[np.ndarray]) -> Any:
