@@ -18,7 +18,7 @@ __all__ = ["MISSING", "Target", "value_target", "value_array", "is_value", "is_n
            "TargetMemo", "remembered_target"]
 
 #: What a value node saves from and restores into: (array, finish or None).
-Target = tuple["np.ndarray | DeviceArray", "Callable[[], None] | None"]
+Target = tuple[np.ndarray | DeviceArray, Callable[[], None] | None]
 
 
 def _adapt(obj: Any) -> Any:
@@ -56,7 +56,7 @@ def is_value(obj: Any) -> bool:
 
 #: What a walk learnt of the objects it met: ``id(obj) -> (obj, value_target(obj))``
 #: (``obj`` held so that its id cannot be reused while the memo lives).
-TargetMemo = dict[int, tuple[Any, "Target | None"]]
+TargetMemo = dict[int, tuple[Any, Target | None]]
 
 
 def is_node(obj: Any, memo: TargetMemo | None = None) -> bool:

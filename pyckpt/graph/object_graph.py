@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..registry import node_proxy
 from ..tree import path_trie
 from ..variables import Variable
 from .containers import TrackedDict, TrackedList
