@@ -41,10 +41,16 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
+_VIEW_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # host tensors viewed as ml_dtypes
+_VIEW_DTYPES: dict[Any, str] = {}  # torch dtype -> its name, for those of _VIEW_NAMES
+
+
 def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
     """numpy view of a CPU tensor whose dtype numpy lacks (bfloat16, float8)."""
-    name = str(t.dtype).replace("torch.", "")
-    if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+    if not _VIEW_DTYPES:
+        _VIEW_DTYPES.update((getattr(torch, n), n) for n in _VIEW_NAMES if hasattr(torch, n))
+    name = _VIEW_DTYPES.get(t.dtype)
+    if name is None:
         return None
     try:
         import ml_dtypes
@@ -54,16 +60,21 @@ def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
     return raw.numpy().view(getattr(ml_dtypes, name))
 
 
+def _plain(obj: Any) -> Any:
+    """The tensor without autograd history (itself when it has none: no new object)."""
+    return obj.detach() if obj.requires_grad else obj
+
+
 def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
     """The ``leaf`` hook: a numpy view of a CPU tensor, a DeviceArray for a CUDA
     tensor, a host copy for other devices; None for what is not a tensor."""
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
-    t = obj.detach()
-    if t.device.type == "cuda":
+    t = _plain(obj)
+    if t.is_cuda:
         return device_array(torch, t)
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         t = t.cpu()
     if t.is_conj():
         t = t.resolve_conj()
@@ -78,10 +89,10 @@ def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | DeviceA
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
-    t = obj.detach()
-    if t.device.type == "cuda":
+    t = _plain(obj)
+    if t.is_cuda:
         return device_array(torch, t)
-    if t.device.type == "cpu":
+    if t.is_cpu:
         view = _ml_view(torch, t)
         return (view if view is not None else t.numpy()), None
     host = t.cpu()
