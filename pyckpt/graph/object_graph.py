@@ -88,9 +88,7 @@ def get_child(obj: Any, name: str, memo: TargetMemo | None = None) -> Any:
     if isinstance(obj, Trackable):
         return obj._pyckpt_get_child(name)
     if isinstance(obj, (list, tuple)):
-        if name.isdigit() and int(name) < len(obj):
-            return _element(obj, int(name), obj[int(name)], memo)
-        return MISSING
+        return _item_child(obj, name, memo)
     if isinstance(obj, dict):
         key = dict_key(obj, name)
         return MISSING if key is MISSING else _element(obj, key, obj[key], memo)
@@ -98,6 +96,41 @@ def get_child(obj: Any, name: str, memo: TargetMemo | None = None) -> Any:
         return MISSING
     proxy = _adapt(obj)
     return proxy._pyckpt_get_child(name) if proxy is not None else MISSING
+
+
+def child_lookup(obj: Any, memo: TargetMemo | None = None) -> Callable[[str], Any]:
+    """``get_child(obj, name, memo)`` as a function of ``name``, for asking one object
+    for many children: what get_child works out per call (an adapter's proxy, a
+    dict's keys by their names) is worked out once. obj must not change while it is
+    used."""
+    if isinstance(obj, Trackable):
+        return obj._pyckpt_get_child
+    if isinstance(obj, (list, tuple)):
+        return lambda name: _item_child(obj, name, memo)
+    if isinstance(obj, dict):
+        by_name: dict[str, Any] = {}
+        for k in obj:
+            by_name.setdefault(str(k), k)
+
+        def child(name: str) -> Any:
+            key = name if name in obj else by_name.get(name, MISSING)  # as dict_key
+            return MISSING if key is MISSING else _element(obj, key, obj[key], memo)
+
+        return child
+    if isinstance(obj, PyValue):
+        return _no_child
+    proxy = _adapt(obj)
+    return proxy._pyckpt_get_child if proxy is not None else _no_child
+
+
+def _item_child(obj: list | tuple, name: str, memo: TargetMemo | None) -> Any:
+    if name.isdigit() and int(name) < len(obj):
+        return _element(obj, int(name), obj[int(name)], memo)
+    return MISSING
+
+
+def _no_child(name: str) -> Any:
+    return MISSING
 
 
 def dict_key(d: dict, name: str) -> Any:

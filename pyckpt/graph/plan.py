@@ -11,7 +11,7 @@ from .._dtypes import describe_dtypes, same_dtype
 from ..tree import skeleton_leaves
 from .keys import STATE_SUFFIX, escape, path_string
 from .nodes import value_array
-from .object_graph import MISSING, can_defer, get_child, ident, traverse, unit_restorer
+from .object_graph import MISSING, can_defer, child_lookup, ident, traverse, unit_restorer
 from .restore import live_values, unrestored_keys
 from .sources import ValueSource
 from .stateful import PyValue
@@ -128,10 +128,14 @@ class _DryRun:
                 self._whole(o, n)  # restored by replacement / as a whole: not descended into
                 continue
             self._value(o, n)
-            for edge, child in self.g.edges[n]:
+            edges = self.g.edges[n]
+            if not edges:
+                continue
+            lookup = child_lookup(o)  # o's children, found once for all its edges
+            for edge, child in edges:
                 if child in self.matched:
                     continue
-                c = get_child(o, edge)
+                c = lookup(edge)
                 if c is MISSING:
                     if can_defer(o):
                         self.pending_nodes.append(child)

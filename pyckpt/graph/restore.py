@@ -24,7 +24,8 @@ from ..tree import skeleton_leaves, unflatten
 from . import deferred
 from .keys import STATE_SUFFIX, escape, index_lists, path_string
 from .nodes import Target, TargetMemo, remembered_target, value_target
-from .object_graph import MISSING, can_defer, get_child, ident, traverse, unit_restorer
+from .object_graph import (MISSING, can_defer, child_lookup, get_child, ident, traverse,
+                           unit_restorer)
 from .sources import ValueSource
 from .stateful import PyValue
 
@@ -83,10 +84,14 @@ class RestoreSession:
             key = g.value[n]
             if key is not None and key not in self.exclude_keys and target is not None:
                 assign.append((n, o, target))
-            for edge, child in g.edges[n]:
+            edges = g.edges[n]
+            if not edges:
+                continue
+            lookup = child_lookup(o, memo)  # o's children, found once for all its edges
+            for edge, child in edges:
                 if child in self.matched:
                     continue
-                c = get_child(o, edge, memo)
+                c = lookup(edge)
                 if c is MISSING:
                     if can_defer(o) and self._has_values_below(child):
                         deferred.add(o, edge, self, child)

@@ -179,10 +179,7 @@ class StateNode:
         return list(self._build()[0].items())
 
     def _pyckpt_get_child(self, name: str) -> Any:
-        for n, v in self._pyckpt_children():
-            if n == name:
-                return v
-        return MISSING
+        return self._build()[0].get(name, MISSING)
 
     def _pyckpt_template(self) -> Any:
         """The state's template (module doc)."""
