@@ -25,10 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import TREE_PRELUDE, remove_tree, tree_at
 
 COPY = """
 import sys, time, json
@@ -64,24 +63,12 @@ print(time.perf_counter() - t)
 """
 
 
-def tree_at(rev: str, where: Path) -> Path:
-    """A checkout of ``rev`` with this install's compiled core beside its sources
-    (the C++ core is the same; only Python routes are compared)."""
-    import pyckpt._native as native
-
-    if where.exists():
-        shutil.rmtree(where)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), rev],
-                   check=True, capture_output=True)
-    shutil.copy(native.core.__file__, where / "pyckpt")
-    return where
-
-
 def run(code: str, args: list[str], path: Path | None) -> float:
     env = dict(os.environ)
     if path is not None:
-        env["PYTHONPATH"] = str(path)
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+        env["PYCKPT_BENCH_TREE"] = str(path)
+    r = subprocess.run([sys.executable, "-c", TREE_PRELUDE + code, *args], capture_output=True,
+                       text=True,
                        env=env, cwd=tempfile.gettempdir(), timeout=1800)
     if r.returncode:
         raise RuntimeError(r.stderr[-3000:])
@@ -133,8 +120,7 @@ def main() -> int:
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
                   flush=True)
     for tree in (new_tree, old_tree):
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                       capture_output=True)
+        remove_tree(tree)
     print(f"\n{nbytes / 1e9:.2f} GB copied, median of {a.rounds} rounds (GB/s; ratio to the "
           "destination's raw limit, and to the earlier pyckpt)")
     med = {k: statistics.median(v) for k, v in times.items()}

@@ -2,6 +2,9 @@
 
 * command line: :func:`parser` (the options every script shares), :func:`parse` (``--quick``
   overrides and range checks);
+* other revisions: :func:`tree_at` / :func:`remove_tree` (a checkout of a revision with this
+  install's compiled core), :data:`TREE_PRELUDE` (code that imports pyckpt from such a tree,
+  also under an editable install);
 * header: :func:`import_pyckpt`, :func:`optional_import`, :func:`dist_version`,
   :func:`machine_info`, :func:`machine_header`, :func:`pyckpt_header`, :func:`no_pyckpt`,
   :func:`state_text`, :func:`print_plan`, :func:`make_workdir`;
@@ -55,6 +58,52 @@ def import_pyckpt():
             return importlib.import_module("pyckpt")
         except ImportError:
             return None
+
+
+#: Code to run first in a subprocess measuring another revision: with the environment
+#: variable ``PYCKPT_BENCH_TREE`` set (a ``tree_at`` checkout), pyckpt is imported from
+#: there. An editable install's import hook takes precedence over ``PYTHONPATH``: it is
+#: removed first, and the import is checked, so that two "revisions" can never quietly
+#: be the same code.
+TREE_PRELUDE = """
+import os as _os, sys as _sys
+_tree = _os.environ.get("PYCKPT_BENCH_TREE")
+if _tree:
+    _sys.meta_path[:] = [f for f in _sys.meta_path
+                         if "editable" not in getattr(type(f), "__module__", "").lower()]
+    _sys.path.insert(0, _tree)
+    import pyckpt as _p
+    if not _os.path.abspath(_p.__file__).startswith(_os.path.abspath(_tree) + _os.sep):
+        raise SystemExit(f"pyckpt was imported from {_p.__file__}, not from {_tree}")
+"""
+
+
+def tree_at(rev: str, where: Path) -> Path:
+    """A checkout (git worktree) of ``rev`` at ``where`` with this install's compiled
+    core beside its sources: the C++ core is the same, the Python code is ``rev``'s.
+    Run code there with :data:`TREE_PRELUDE` and ``PYCKPT_BENCH_TREE=where``."""
+    import shutil
+    import subprocess
+
+    import pyckpt._native as native
+
+    root = Path(__file__).resolve().parent.parent
+    remove_tree(where)
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-f", str(where), rev],
+                   check=True, capture_output=True)
+    shutil.copy(native.core.__file__, where / "pyckpt")
+    return where
+
+
+def remove_tree(where: Path) -> None:
+    """Removes a :func:`tree_at` checkout (and its worktree entry), if there is one."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(where)],
+                   capture_output=True)
+    shutil.rmtree(where, ignore_errors=True)
 
 
 def optional_import(name: str):
