@@ -245,16 +245,20 @@ def _nested(paths: list[list[str]], values: list[np.ndarray]) -> Any:
     return index_lists(tree)
 
 
+def _is_below(prefix: str, key: str) -> bool:
+    """Whether ``key`` names a value below the node at ``prefix``."""
+    if not key.endswith(VALUE_SUFFIX):
+        return False
+    return not prefix or (len(key) - len(VALUE_SUFFIX) > len(prefix)
+                          and key.startswith(prefix + "/"))
+
+
 def _below(prefix: str, key: str) -> list[str] | None:
     """The edge names from the node at ``prefix`` to the value under ``key``, or None
     when ``key`` is not below it."""
-    if not key.endswith(VALUE_SUFFIX):
+    if not _is_below(prefix, key):
         return None
-    rel = key[: -len(VALUE_SUFFIX)]
-    if prefix:
-        if not rel.startswith(prefix + "/"):
-            return None
-        rel = rel[len(prefix) + 1:]
+    rel = key[len(prefix) + 1 if prefix else 0: -len(VALUE_SUFFIX)]
     return [unescape(p) for p in rel.split("/")]
 
 
@@ -287,7 +291,7 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     s, states = _sources(src)
     d = _targets(dst)
     unit_keys = [[k for k in s if k not in d.arrays and k not in d.setters
-                  and _below(prefix, k) is not None] for prefix, _ in d.units]
+                  and _is_below(prefix, k)] for prefix, _ in d.units]
     problems = _key_problems(s, d, states, unit_keys) if strict else []
     pairs = _Pairs.match(s, d, strict, problems)
     if problems:

@@ -110,3 +110,18 @@ def test_restore_fills_storage_replaced_by_a_unit_restored_before(box_calls, tmp
     dst.restore(path).assert_consumed()
     # the swapper ran before the box was filled: the values are in the box's new array
     np.testing.assert_array_equal(box2.a, np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("prefix,key,want", [
+    ("opt", "opt/.ATTRIBUTES/VARIABLE_VALUE", None),  # the node itself, not below it
+    ("opt", "opt/a/0/.ATTRIBUTES/VARIABLE_VALUE", ["a", "0"]),
+    ("opt", "optimizer/a/.ATTRIBUTES/VARIABLE_VALUE", None),
+    ("", "a/b..c/.ATTRIBUTES/VARIABLE_VALUE", ["a", "b.c"]),
+    ("a/b", "a/b/c.Sd/.ATTRIBUTES/VARIABLE_VALUE", ["c/d"]),
+    ("x", "x/y", None),  # not a value's key
+])
+def test_keys_below_an_object_restored_as_a_whole(prefix, key, want):
+    from pyckpt.graph.snapshot import _below, _is_below
+
+    assert _below(prefix, key) == want
+    assert _is_below(prefix, key) is (want is not None)
