@@ -10,9 +10,8 @@ with up to six hooks, each returning None for objects that are not theirs:
 - ``target(obj) -> np.ndarray | (np.ndarray, finish) | DeviceArray``: a writable
   array that fills the object in place when loaded into; ``finish()`` (or None)
   runs once it is filled, e.g. to copy a host buffer back to device memory; a
-  DeviceArray is filled on its device. An object it takes is a value of the
-  object graph: a leaf (its ``node`` hook is not asked); a walk of the graph asks
-  for it once per object;
+  DeviceArray is filled on its device. A walk of the object graph asks it at
+  most twice per object (once for a value held in a list, tuple or dict);
 - ``node(obj) -> proxy``: an object-graph node standing for obj (its named
   children and how to restore it), like a ``Trackable``;
 - ``empty(device, shape, dtype) -> obj``: a new, uninitialised array of the

@@ -42,13 +42,14 @@ def _torch() -> Any:
 
 
 _VIEW_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # host tensors viewed as ml_dtypes
-_VIEW_DTYPES: dict[Any, str] = {}  # torch dtype -> its name, for those of _VIEW_NAMES
+_VIEW_DTYPES: dict[Any, str] | None = None  # torch dtype -> its name, for those of _VIEW_NAMES
 
 
 def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
     """numpy view of a CPU tensor whose dtype numpy lacks (bfloat16, float8)."""
-    if not _VIEW_DTYPES:
-        _VIEW_DTYPES.update((getattr(torch, n), n) for n in _VIEW_NAMES if hasattr(torch, n))
+    global _VIEW_DTYPES
+    if _VIEW_DTYPES is None:  # made whole, then published: threads see all of it or none
+        _VIEW_DTYPES = {getattr(torch, n): n for n in _VIEW_NAMES if hasattr(torch, n)}
     name = _VIEW_DTYPES.get(t.dtype)
     if name is None:
         return None
@@ -159,7 +160,9 @@ class ModuleNode:
         """The child named ``name``. A node is made per visit of the module, so its
         children are listed once for all the lookups of one visit."""
         if self._by_name is None:
-            self._by_name = dict(self._pyckpt_children())  # names are unique in a module
+            self._by_name = {}
+            for n, v in self._pyckpt_children():  # the first of a name, as a scan finds it
+                self._by_name.setdefault(n, v)
         return self._by_name.get(name, MISSING)
 
 
@@ -271,7 +274,7 @@ def node_for(obj: Any) -> Any:
     optimizer, a StateNode for a ``torch.Generator``, else None (also when torch is
     not imported; other objects with ``state_dict()`` are StateNodes of the graph)."""
     torch = _torch()
-    if torch is None:
+    if torch is None or isinstance(obj, torch.Tensor):  # a tensor: the common case, first
         return None
     if isinstance(obj, torch.nn.Module):
         return ModuleNode(obj)

@@ -69,10 +69,9 @@ def is_node(obj: Any, memo: TargetMemo | None = None) -> bool:
     if isinstance(obj, (Variable, np.ndarray, list, tuple, dict, PyValue)) or \
             hasattr(type(obj), "_pyckpt_children"):
         return True
-    if memo is None:
-        return is_value(obj) or _adapt(obj) is not None
     target = value_target(obj)
-    memo[id(obj)] = (obj, target)
+    if memo is not None:
+        memo[id(obj)] = (obj, target)
     return target is not None or _adapt(obj) is not None
 
 

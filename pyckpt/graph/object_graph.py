@@ -23,7 +23,7 @@ from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
 from ..device.array import DeviceArray
-from .nodes import MISSING, Target, TargetMemo, _adapt, is_node, remembered_target
+from .nodes import MISSING, Target, TargetMemo, _adapt, is_node, is_value, remembered_target
 from .stateful import PyValue, is_python_value, resolve, warn_left_out
 from .trackable import Trackable
 
@@ -85,42 +85,47 @@ def children(obj: Any) -> list[tuple[str, Any]]:
 def get_child(obj: Any, name: str, memo: TargetMemo | None = None) -> Any:
     """The child of obj under edge ``name`` (as ``children`` names them), or MISSING.
     ``memo``: see ``nodes.is_node``."""
-    if isinstance(obj, Trackable):
-        return obj._pyckpt_get_child(name)
-    if isinstance(obj, (list, tuple)):
-        return _item_child(obj, name, memo)
-    if isinstance(obj, dict):
-        key = dict_key(obj, name)
-        return MISSING if key is MISSING else _element(obj, key, obj[key], memo)
-    if isinstance(obj, PyValue):
-        return MISSING
-    proxy = _adapt(obj)
-    return proxy._pyckpt_get_child(name) if proxy is not None else MISSING
+    return child_lookup(obj, memo)(name)
 
 
 def child_lookup(obj: Any, memo: TargetMemo | None = None) -> Callable[[str], Any]:
     """``get_child(obj, name, memo)`` as a function of ``name``, for asking one object
-    for many children: what get_child works out per call (an adapter's proxy, a
-    dict's keys by their names) is worked out once. obj must not change while it is
-    used."""
+    for many children: what a lookup works out (an adapter's proxy, a dict's keys by
+    their names) is worked out once. obj must not change while it is used."""
     if isinstance(obj, Trackable):
         return obj._pyckpt_get_child
     if isinstance(obj, (list, tuple)):
         return lambda name: _item_child(obj, name, memo)
     if isinstance(obj, dict):
-        by_name: dict[str, Any] = {}
-        for k in obj:
-            by_name.setdefault(str(k), k)
-
-        def child(name: str) -> Any:
-            key = name if name in obj else by_name.get(name, MISSING)  # as dict_key
-            return MISSING if key is MISSING else _element(obj, key, obj[key], memo)
-
-        return child
+        return _DictChildren(obj, memo).get
     if isinstance(obj, PyValue):
         return _no_child
     proxy = _adapt(obj)
     return proxy._pyckpt_get_child if proxy is not None else _no_child
+
+
+class _DictChildren:
+    """The children of a dict by edge name (``str(key)``): the key spelled as the name
+    first, else the first key whose ``str`` is the name; the names of all keys are
+    made once, at the first name that is not a key itself."""
+
+    def __init__(self, d: dict, memo: TargetMemo | None) -> None:
+        self.d, self.memo = d, memo
+        self.by_name: dict[str, Any] | None = None
+
+    def get(self, name: str) -> Any:
+        d = self.d
+        if name in d:
+            key = name
+        else:
+            if self.by_name is None:
+                self.by_name = {}
+                for k in d:
+                    self.by_name.setdefault(str(k), k)
+            key = self.by_name.get(name, MISSING)
+            if key is MISSING:
+                return MISSING
+        return _element(d, key, d[key], self.memo)
 
 
 def _item_child(obj: list | tuple, name: str, memo: TargetMemo | None) -> Any:
@@ -130,16 +135,6 @@ def _item_child(obj: list | tuple, name: str, memo: TargetMemo | None) -> Any:
 
 
 def _no_child(name: str) -> Any:
-    return MISSING
-
-
-def dict_key(d: dict, name: str) -> Any:
-    """The key of dict d named ``name`` as an edge (``str(key)``), or MISSING."""
-    if name in d:
-        return name
-    for k in d:
-        if str(k) == name:
-            return k
     return MISSING
 
 
@@ -196,7 +191,7 @@ class LiveGraph:
 
     def array_of(self, n: int) -> np.ndarray | DeviceArray:
         """The array of value node n (one listed in ``values``; a DeviceArray for a
-        value in device memory), as the walk found it."""
+        value in device memory), as the walk found it (``traverse(with_targets=True)``)."""
         return self.targets[n][0]
 
     def target_of(self, n: int) -> Target:
@@ -227,9 +222,11 @@ class LiveGraph:
         value's: docs/FORMAT.md section 9), its leaves naming the keys of its values."""
         prefixes = self.prefixes
 
+        values = set(self.values)
+
         def key_of(pv: PyValue) -> str:
             n = self.ids[id(pv)]
-            assert n in self.targets, "a template's leaves are value nodes"
+            assert n in values, "a template's leaves are value nodes"
             return prefixes[n] + VALUE_SUFFIX
 
         return {n: resolve(t, key_of) for n, t in self.templates.items()}
@@ -257,17 +254,19 @@ def _component(name: str) -> str:
 
 
 def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
-             whole_units: bool = False) -> LiveGraph:
+             whole_units: bool = False, with_targets: bool = True) -> LiveGraph:
     """Breadth-first walk from root; objects whose id() is in ``skip`` are left out,
     those in ``stop`` are included but not descended into, and so are objects
     restored as a whole (``unit_restorer``) with ``whole_units`` (listed in
     ``units``). A state that cannot be saved raises TypeError naming its path.
 
-    A value node (an array, a Variable, an adapter's target such as a torch tensor)
-    is a leaf: nothing below it is walked (a PyValue's state template excepted).
-    Each object's value target is asked of the adapters once per walk (``memo``)."""
+    With ``with_targets`` (default) the walk keeps each value's target
+    (``LiveGraph.targets``: what a save or a copy reads and writes), asking the
+    adapters once for a value held in a list, tuple or dict (``memo``); without it
+    (walks that need the graph's shape only) no target is kept: a target may be a
+    host copy (a tensor on a device other than the CPU or CUDA)."""
     g = LiveGraph()
-    memo: TargetMemo = {}
+    memo: TargetMemo | None = {} if with_targets else None
     targets = g.targets
     ids = g.ids
     ids[id(root)] = 0
@@ -284,18 +283,20 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
         obj = objects[i]
         t = type(obj)
         if t is np.ndarray or t is Variable:
-            targets[i] = (obj, None) if t is np.ndarray else (obj._value, None)
+            if with_targets:
+                targets[i] = (obj, None) if t is np.ndarray else (obj._value, None)
             g.values.append(i)
             i += 1
             continue
-        target = remembered_target(obj, memo)
-        value = target is not None
-        if target is not None:
-            targets[i] = target
+        if memo is not None:
+            target = remembered_target(obj, memo)
+            value = target is not None
+            if target is not None:
+                targets[i] = target
+        else:
+            value = is_value(obj)
+        if value:
             g.values.append(i)
-            if t is not PyValue:  # a leaf
-                i += 1
-                continue
         if stopped and id(obj) in stopped:
             i += 1
             continue

@@ -105,7 +105,7 @@ class _DryRun:
         self.source = source
         self.g = source.graph
         self.excl_keys = excl_keys
-        self.live = traverse(root, skip=excl_obj, whole_units=True)
+        self.live = traverse(root, skip=excl_obj, whole_units=True, with_targets=False)
         self.live_index = {ident(o): i for i, o in enumerate(self.live.objects)}
         self.matched: dict[int, Any] = {}
         self.restore: list[tuple[str, str]] = []

@@ -74,13 +74,12 @@ class RestoreSession:
                 if g.value[n] is not None or g.state[n] is not None:
                     replace.append((n, o))
                 continue
+            unit = unit_restorer(o)
+            if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
+                self._restore_unit(unit, o, n)
+                units_ran = True
+                continue
             target = remembered_target(o, memo)
-            if target is None:
-                unit = unit_restorer(o)
-                if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
-                    self._restore_unit(unit, o, n)
-                    units_ran = True
-                    continue
             key = g.value[n]
             if key is not None and key not in self.exclude_keys and target is not None:
                 assign.append((n, o, target))
@@ -274,7 +273,8 @@ class RestoreSession:
         """Paths of live values (reachable from the root now) that received no value:
         arrays, Variables, Python values in lists and dicts, and objects restored as
         a whole (torch optimizers, objects with ``state_dict()``)."""
-        live = traverse(self.root, skip=self.exclude_objects, whole_units=True)
+        live = traverse(self.root, skip=self.exclude_objects, whole_units=True,
+                        with_targets=False)
         out = []
         for v in sorted(live_values(live)):
             obj = live.objects[v]

@@ -27,6 +27,7 @@ from ..registry import copy_leaves, node_proxy
 from ..tree import flatten, paired_leaves, rebuild_leaf, skeleton_leaves, unflatten
 from ..variables import Variable
 from .keys import VALUE_SUFFIX, escape, index_lists, unescape
+from .nodes import value_target
 from .object_graph import StoredGraph, traverse, unit_restorer
 from .stateful import PyValue
 from .trackable import Trackable
@@ -198,6 +199,8 @@ class _Targets:
     def __init__(self) -> None:
         #: key -> (value filled in place, finish to run once it is filled, or None)
         self.arrays: dict[str, tuple[Value, Callable[[], None] | None]] = {}
+        #: key -> the graph object whose target is in ``arrays`` (to ask it again)
+        self.objects: dict[str, Any] = {}
         #: key -> (setter replacing an immutable leaf in its container, its leaf kind)
         self.setters: dict[str, tuple[Callable[[Any], None], str]] = {}
         #: (key prefix, restorer) of objects restored as a whole (a torch optimizer)
@@ -221,6 +224,7 @@ def _targets(x: Any) -> _Targets:
                 out.setters[k] = (obj.put, obj.kind or "ndarray")
             else:
                 out.arrays[k] = live.target_of(n)
+                out.objects[k] = obj
         return out
     for t in collect_targets(x):
         if t.sharded is not None:
@@ -297,9 +301,12 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     if problems:
         raise ValueError("copy_state: source and destination differ:\n  " + "\n  ".join(problems))
     _restore_units(s, d, states, unit_keys, threads)
+    if d.units:  # their own code (load_state_dict) may have given a value new storage
+        pairs.ask_again(d.objects)
     copy_values(pairs.srcs, pairs.dsts, threads)
     for f in pairs.finish:
-        f()
+        if f is not None:
+            f()
     for prefix, pv in d.texts:  # strings, None...: from the source's stored state
         if prefix in states and not skeleton_leaves(states[prefix]):
             pv.put(unflatten(states[prefix], {}))
@@ -348,9 +355,10 @@ class _Pairs:
     finishes to run once they are, and the leaves replaced through setters."""
 
     def __init__(self) -> None:
+        self.keys: list[str] = []
         self.srcs: list[Value] = []
         self.dsts: list[Value] = []
-        self.finish: list[Callable[[], None]] = []
+        self.finish: list[Callable[[], None] | None] = []  # per pair
         self.setters: list[tuple[Callable[[Any], None], str, Value]] = []
 
     @classmethod
@@ -384,10 +392,28 @@ class _Pairs:
         if isinstance(target, np.ndarray) and not target.flags.writeable:
             problems.append(f"{key!r}: destination array is read-only")
             return
+        self.keys.append(key)
         self.srcs.append(arr)
         self.dsts.append(target)
-        if after is not None:
-            self.finish.append(after)
+        self.finish.append(after)
+
+    def ask_again(self, objects: dict[str, Any]) -> None:
+        """Asks each destination that is a graph object for its target again (objects
+        restored as a whole ran their own code since); one that no longer takes its
+        source as it did raises ValueError naming its key, before any is copied."""
+        for i, key in enumerate(self.keys):
+            obj = objects.get(key)
+            if obj is None:
+                continue
+            found = value_target(obj)
+            src = self.srcs[i]
+            if found is None or tuple(found[0].shape) != tuple(src.shape) or \
+                    not same_dtype(found[0].dtype, src.dtype) or \
+                    (isinstance(found[0], np.ndarray) and not found[0].flags.writeable):
+                raise ValueError(f"copy_state: {key!r} of the destination changed while "
+                                 "the objects restored as a whole (load_state_dict) were "
+                                 "restored; its values and those after it were not copied")
+            self.dsts[i], self.finish[i] = found
 
 
 def _restore_units(s: dict[str, Value], d: _Targets, states: dict[str, Any],

@@ -80,3 +80,9 @@ def test_hooks_on_tensors_with_and_without_autograd_history():
     back = torch_support.to_torch({"b": torch_support.to_numpy(b), "f": np.arange(2.0)})
     assert back["b"].dtype == torch.bfloat16 and torch.equal(back["b"], b)
     assert back["f"].dtype == torch.float64
+
+
+def test_a_name_held_twice_in_a_module_is_found_first_where_torch_lists_it_first():
+    lin = torch.nn.Linear(2, 2)
+    lin._buffers["weight"] = torch.zeros(2, 2)  # edited by hand: the parameter comes first
+    assert torch_support.ModuleNode(lin)._pyckpt_get_child("weight") is lin.weight

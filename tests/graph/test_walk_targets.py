@@ -125,3 +125,53 @@ def test_keys_below_an_object_restored_as_a_whole(prefix, key, want):
 
     assert _below(prefix, key) == want
     assert _is_below(prefix, key) is (want is not None)
+
+
+def test_copy_state_fills_storage_replaced_by_a_unit_restored_before(box_calls):
+    """copy_state restores the objects restored as a whole first: their own code may
+    give a value new storage, and the values must land there."""
+    box = Box(np.arange(4, dtype=np.float32))
+    box2 = Box(np.full(4, -1, np.float32))
+    dst = pyckpt.Checkpoint(x=box2, swapper=Swapper(box2))
+    pyckpt.copy_state(pyckpt.Checkpoint(x=box, swapper=Swapper(box)), dst)
+    np.testing.assert_array_equal(box2.a, np.arange(4, dtype=np.float32))
+
+
+class QWeight(pyckpt.Trackable):
+    """A value an adapter takes that also tracks attributes of its own."""
+
+    def __init__(self, data: np.ndarray, scale: float) -> None:
+        self._data = data
+        self.scale = pyckpt.Variable(np.float64(scale))
+
+
+def test_a_value_that_tracks_attributes_keeps_them(monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "_ADAPTERS", list(registry._ADAPTERS))
+    take = lambda o: o._data if isinstance(o, QWeight) else None  # noqa: E731
+    registry.register_adapter("test.qweight", leaf=take, target=take)
+    path = pyckpt.Checkpoint(w=QWeight(np.arange(4.0), 2.5)).write(tmp_path / "c")
+    w = QWeight(np.zeros(4), 0.0)
+    pyckpt.Checkpoint(w=w).restore(path).assert_consumed()
+    np.testing.assert_array_equal(w._data, np.arange(4.0))
+    assert float(w.scale.numpy()) == 2.5
+
+
+def test_walks_for_the_graphs_shape_keep_no_targets(box_calls):
+    ckpt = pyckpt.Checkpoint(state=_boxes(5))
+    assert len(traverse(ckpt).targets) == 5
+    shape_only = traverse(ckpt, with_targets=False)
+    assert shape_only.targets == {} and len(shape_only.values) == 5
+
+
+class Shrinker(Swapper):
+    def load_state_dict(self, sd):
+        self.box.a = np.zeros(2, np.float32)  # a new array of another shape
+
+
+def test_copy_state_raises_when_a_unit_changed_a_values_shape(box_calls):
+    box = Box(np.arange(4, dtype=np.float32))
+    box2 = Box(np.full(4, -1, np.float32))
+    with pytest.raises(ValueError, match="'x/.ATTRIBUTES/VARIABLE_VALUE' of the destination "
+                                         "changed"):
+        pyckpt.copy_state(pyckpt.Checkpoint(x=box, swapper=Swapper(box)),
+                          pyckpt.Checkpoint(x=box2, swapper=Shrinker(box2)))
