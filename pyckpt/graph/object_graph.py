@@ -54,7 +54,20 @@ def _container_edges(obj: Any, memo: TargetMemo | None = None) -> list[tuple[str
         node = _element(obj, k, v, memo)
         if node is not MISSING:
             out.append((str(k), node))
+    if isinstance(obj, dict) and len(out) > 1 and any(type(k) is not str for k in obj):
+        _refuse_same_names(obj)
     return out
+
+
+def _refuse_same_names(d: dict) -> None:
+    """TypeError when two keys of a dict name one edge (``1`` and ``"1"``): one of
+    their values would be saved under the other's key, and lost."""
+    seen: dict[str, Any] = {}
+    for k in d:
+        other = seen.setdefault(str(k), k)
+        if other is not k:
+            raise TypeError(f"its keys {other!r} and {k!r} are both stored as {str(k)!r}, "
+                            "which pyckpt cannot tell apart")
 
 
 def _edges(obj: Any, memo: TargetMemo | None = None) -> tuple[list[tuple[str, Any]], Any]:

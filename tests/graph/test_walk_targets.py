@@ -175,3 +175,13 @@ def test_copy_state_raises_when_a_unit_changed_a_values_shape(box_calls):
                                          "changed"):
         pyckpt.copy_state(pyckpt.Checkpoint(x=box, swapper=Swapper(box)),
                           pyckpt.Checkpoint(x=box2, swapper=Shrinker(box2)))
+
+
+def test_dict_keys_that_name_one_edge_are_refused(tmp_path):
+    """1 and "1" would both be stored under "1": one value lost. A clear error instead."""
+    ckpt = pyckpt.Checkpoint(state={1: np.zeros(2), "1": np.ones(2)})
+    with pytest.raises(TypeError, match=r"cannot save state .*keys 1 and '1' are both "
+                                        r"stored as '1'"):
+        ckpt.write(tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+    pyckpt.Checkpoint(state={1: np.zeros(2), 2: np.ones(2)}).write(tmp_path / "ok")
