@@ -31,9 +31,12 @@ from ..device.array import DeviceArray
 from ..device.engine import CopyEngine, Ticket
 
 __all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype", "foreach_copy",
-           "copy_tensors"]
+           "copy_tensors", "ML_NAMES"]
 
-_ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+#: torch dtypes numpy lacks that ml_dtypes has under the same name (same bits): the one
+#: list for CPU views (torch_support.py) and device arrays (here)
+ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+            "float8_e8m0fnu")
 
 
 _NUMPY_DTYPES: dict[Any, np.dtype] = {}  # torch dtype -> numpy dtype (device_array's hot path)
@@ -50,7 +53,7 @@ def numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
 
 def _numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
     name = str(dtype).replace("torch.", "")
-    if name in _ML_NAMES:
+    if name in ML_NAMES:
         try:
             import ml_dtypes
         except ImportError:
@@ -67,7 +70,7 @@ def _numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
 def torch_dtype(torch: Any, dtype: np.dtype) -> Any:
     """The torch dtype with the same bytes as a numpy dtype."""
     name = np.dtype(dtype).name
-    if name in _ML_NAMES or name == "bool":
+    if name in ML_NAMES or name == "bool":
         return getattr(torch, name)
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 

@@ -34,22 +34,21 @@ from ..graph.object_graph import MISSING
 from ..graph.stateful import StateNode
 from ..registry import register_adapter
 from ..rng import register_global
-from .torch_device import copy_tensors, device_array, torch_dtype
+from .torch_device import ML_NAMES, copy_tensors, device_array, torch_dtype
 
 
 def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-_VIEW_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # host tensors viewed as ml_dtypes
-_VIEW_DTYPES: dict[Any, str] | None = None  # torch dtype -> its name, for those of _VIEW_NAMES
+_VIEW_DTYPES: dict[Any, str] | None = None  # torch dtype -> its name, for those of ML_NAMES
 
 
 def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
     """numpy view of a CPU tensor whose dtype numpy lacks (bfloat16, float8)."""
     global _VIEW_DTYPES
     if _VIEW_DTYPES is None:  # made whole, then published: threads see all of it or none
-        _VIEW_DTYPES = {getattr(torch, n): n for n in _VIEW_NAMES if hasattr(torch, n)}
+        _VIEW_DTYPES = {getattr(torch, n): n for n in ML_NAMES if hasattr(torch, n)}
     name = _VIEW_DTYPES.get(t.dtype)
     if name is None:
         return None
@@ -62,12 +61,12 @@ def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
 
 
 def _view_name(dtype: np.dtype) -> str | None:
-    """The name of an ml_dtypes dtype of ``_VIEW_NAMES`` (bfloat16, float8), else None
+    """The name of an ml_dtypes dtype of ``ML_NAMES`` (bfloat16, float8), else None
     (``dtype.name`` costs microseconds: numpy's own dtypes are told apart first)."""
     if dtype.isbuiltin == 1:
         return None
     name = dtype.name
-    return name if name in _VIEW_NAMES else None
+    return name if name in ML_NAMES else None
 
 
 def _plain(obj: Any) -> Any:

@@ -46,6 +46,29 @@ def test_bfloat16_and_strided_tensors(tmp_path):
     assert torch.equal(to_torch(pyckpt.load(tmp_path / "c"))["x"], x)
 
 
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                  "float8_e5m2fnuz", "float8_e8m0fnu"])
+def test_every_float8_dtype_round_trips_bit_exact(tmp_path, name):
+    """Every float8 dtype torch and ml_dtypes share is saved from CPU tensors, comes back
+    as that dtype, and fills a target in place (the fnuz dtypes were refused)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not (hasattr(torch, name) and hasattr(ml_dtypes, name)):
+        pytest.skip(f"this torch or ml_dtypes has no {name}")
+    dtype = getattr(torch, name)
+    bits = torch.arange(256, dtype=torch.uint8).reshape(16, 16)
+    x = bits.view(dtype)  # every bit pattern, NaNs included: compared as bits
+    pyckpt.save({"x": x}, tmp_path / "c")
+    assert pyckpt.load_checkpoint(tmp_path / "c").get_variable_to_dtype_map()["x"].name == name
+    out = pyckpt.load(tmp_path / "c")["x"]
+    assert out.dtype == dtype and torch.equal(out.view(torch.uint8), bits)
+    into = {"x": torch.zeros(16, 16, dtype=dtype)}
+    pyckpt.load(tmp_path / "c", into=into)
+    assert torch.equal(into["x"].view(torch.uint8), bits)
+    as_np = pyckpt.load(tmp_path / "c", as_numpy=True)["x"]
+    assert as_np.dtype == np.dtype(getattr(ml_dtypes, name))
+    assert torch.equal(to_torch({"x": as_np})["x"].view(torch.uint8), bits)
+
+
 def _train(model, opt, steps, seed):
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
