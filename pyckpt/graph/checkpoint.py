@@ -11,7 +11,7 @@ from .. import saving
 from ..sources import open_source
 from ..tree import describe_value
 from ..variables import Variable
-from .keys import VALUE_SUFFIX, unescape
+from .keys import SAVE_COUNTER, SAVE_COUNTER_KEY, unescape
 from .nodes import is_node
 from .object_graph import MISSING, get_child, traverse
 from .stateful import is_python_value
@@ -23,9 +23,6 @@ from .trackable import Trackable
 
 if TYPE_CHECKING:  # for signatures only
     from ..workers.comm import Communicator
-
-SAVE_COUNTER = "save_counter"
-SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX
 
 
 def untrackable(name: str, value: Any) -> TypeError:

@@ -7,6 +7,10 @@ from typing import Any
 
 VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
+#: a Checkpoint's own counter of ``save`` calls, and the key of its value
+SAVE_COUNTER = "save_counter"
+SAVE_COUNTER_KEY = SAVE_COUNTER + VALUE_SUFFIX
+
 
 def escape(name: str) -> str:
     """An edge name as a key component: ``.`` -> ``..``, then ``/`` -> ``.S``."""

@@ -26,7 +26,7 @@ from ..load_into import collect_targets
 from ..registry import copy_leaves, node_proxy
 from ..tree import flatten, paired_leaves, rebuild_leaf, skeleton_leaves, unflatten
 from ..variables import Variable
-from .keys import VALUE_SUFFIX, escape, index_lists, unescape
+from .keys import SAVE_COUNTER_KEY, VALUE_SUFFIX, escape, index_lists, unescape
 from .nodes import value_target
 from .object_graph import StoredGraph, traverse, unit_restorer
 from .stateful import PyValue
@@ -280,7 +280,9 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     stream), host/device pairs through the device's copy engine (waited for).
     A destination is always written in place (a tensor keeps its storage). An
     object restored as a whole (a torch optimizer) gets the source's values
-    below it through its restore hook, as ``Checkpoint.restore`` does.
+    below it through its restore hook, as ``Checkpoint.restore`` does. So is a
+    Checkpoint's ``save_counter``: copied (and created) when the source has one,
+    left alone when it has none.
 
     Two trees of one structure whose leaves are all writable numpy arrays, or all
     taken by an adapter's ``copy`` hook (torch tensors; unless ``threads`` is
@@ -293,7 +295,13 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
                                              (not threads and copy_leaves(*leaves))):
         return dst
     s, states = _sources(src)
+    counter = _save_counter(dst)
+    if counter is not None and SAVE_COUNTER_KEY in s:
+        counter()  # created to be copied into, as restore creates it
     d = _targets(dst)
+    if counter is not None and SAVE_COUNTER_KEY not in s:
+        d.arrays.pop(SAVE_COUNTER_KEY, None)  # left alone, as restore leaves it
+        d.objects.pop(SAVE_COUNTER_KEY, None)
     unit_keys = [[k for k in s if k not in d.arrays and k not in d.setters
                   and _is_below(prefix, k)] for prefix, _ in d.units]
     problems = _key_problems(s, d, states, unit_keys) if strict else []
@@ -315,6 +323,15 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     for (setter, kind, _), value in zip(pairs.setters, scalars):
         setter(rebuild_leaf(kind, value))
     return dst
+
+
+def _save_counter(dst: Any) -> Callable[[], Any] | None:
+    """For a Checkpoint destination, the function creating its save counter (a
+    Checkpoint's counter is lazily created: copy_state treats it as restore does);
+    None for any other destination."""
+    if not isinstance(dst, Trackable):
+        return None
+    return getattr(dst, "_maybe_create_save_counter", None)
 
 
 def _copy_host_arrays(srcs: list, dsts: list, threads: int) -> bool:

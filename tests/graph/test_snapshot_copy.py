@@ -92,6 +92,32 @@ def test_copy_state_between_trees_and_from_snapshot():
     np.testing.assert_array_equal(other.net.w.numpy(), net.w.numpy())
 
 
+def test_copy_state_treats_the_save_counter_as_restore_does(tmp_path):
+    """A snapshot taken before any save has no counter; restore creates one, and a
+    later strict copy_state from that snapshot left alone the counter it lacks
+    (it raised). A source's counter is copied, created when the destination has none."""
+    ck = pyckpt.Checkpoint(w=pyckpt.Variable(np.zeros(3)))
+    snap = ck.snapshot()
+    ck.restore(snap).assert_consumed()
+    ck.save_counter.assign(4)
+    ck.w.assign(np.ones(3))
+    pyckpt.copy_state(snap, ck)
+    np.testing.assert_array_equal(ck.w.numpy(), np.zeros(3))
+    assert int(ck.save_counter.numpy()) == 4  # the snapshot has none: left alone
+
+    saved = pyckpt.Checkpoint(w=pyckpt.Variable(np.full(3, 5.0)))
+    saved.save(tmp_path / "c")
+    saved.save(tmp_path / "c")
+    fresh = pyckpt.Checkpoint(w=pyckpt.Variable(np.zeros(3)))
+    pyckpt.copy_state(saved, fresh)
+    assert int(fresh.save_counter.numpy()) == 2
+    np.testing.assert_array_equal(fresh.w.numpy(), np.full(3, 5.0))
+    pyckpt.copy_state(saved.snapshot(), pyckpt.Checkpoint(w=pyckpt.Variable(np.zeros(3))))
+    with pytest.raises(ValueError, match="extra"):  # other keys are still checked
+        fresh.extra = pyckpt.Variable(1.0)
+        pyckpt.copy_state(snap, fresh)
+
+
 def test_copy_state_of_numpy_trees_is_one_batch(monkeypatch):
     """Trees of one structure whose leaves are all numpy arrays (a strided destination
     included) skip the per-value path; a read-only destination, a byte-order or
