@@ -15,7 +15,8 @@ from .load_into import load_into
 from .registry import empty_on, from_host, target_view
 from .sources import open_source
 from .selection import map_keys, select_keys
-from .tree import flatten, is_array_kind, nest_flat, rebuild_leaf, skeleton_leaves, unflatten
+from .tree import (_join, flatten, is_array_kind, nest_flat, rebuild_leaf, skeleton_leaves,
+                   static_values, unflatten)
 
 if TYPE_CHECKING:  # for signatures only
     from .workers.comm import Communicator
@@ -97,14 +98,21 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
                          "arrays stay where they are) or mmap=True")
     src = open_source(path, storage_options)
     keys = list(src.keys)
+    # values the tree keeps itself (str, bytes, None, empty containers): selected and
+    # renamed as keys are, without bytes to read
+    statics = static_values(src.tree, empty=True) if into is None and src.tree is not None \
+        else {}
     if select is not None:
-        keys = select_keys(keys, select)
+        chosen = set(select_keys(keys + [k for k in statics if k not in src.index], select))
+        keys = [k for k in keys if k in chosen]
+        statics = {k: v for k, v in statics.items() if k in chosen}
     mapping = map_keys(keys, key_map)
     total = src.nbytes([src.index[k] for k in mapping]) if progress is not None else 0
     with _progress.reporting(progress, total):
         if into is not None:
             return load_into(src, into, mapping, strict=strict, comm=comm)
-        return _load_new(src, select, key_map, mapping, mmap, device, as_numpy or mmap)
+        return _load_new(src, select, key_map, mapping, statics, mmap, device,
+                         as_numpy or mmap)
 
 
 def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[str], dict], list]:
@@ -137,22 +145,30 @@ def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[st
     return reads
 
 
-def _prune(skeleton: Any, wanted: set[str]) -> Any:
-    """The skeleton with only the leaves in ``wanted``: dict entries without any are
-    dropped; lists and tuples keep their length and container type, with None
-    where an element was not selected; None when nothing below is wanted."""
-    if isinstance(skeleton, str):
-        return skeleton if skeleton in wanted else None
-    if not isinstance(skeleton, dict):
+def _prune(node: Any, wanted: set[str], key: str | None = None) -> Any:
+    """The skeleton with only the leaves in ``wanted`` (tensor keys, and the paths of
+    the values and empty containers the tree keeps itself): dict entries without
+    any are dropped; lists and tuples keep their length and container type, with
+    None where an element was not selected; None when nothing below is wanted."""
+    if isinstance(node, str):
+        return node if node in wanted else None
+    if not isinstance(node, dict):
         return None
-    if "s" in skeleton:
-        return skeleton if skeleton["s"] in wanted else None
-    if "d" in skeleton:
-        kept = [[k, c] for k, c in ((k, _prune(v, wanted)) for k, v in skeleton["d"]) if c is not None]
+    if "s" in node:
+        return node if node["s"] in wanted else None
+    if "v" in node or "b" in node:
+        return node if key in wanted else None
+    if "d" in node:
+        if not node["d"]:
+            return node if key in wanted else None
+        kept = [[k, c] for k, c in ((k, _prune(v, wanted, _join(key, k))) for k, v in node["d"])
+                if c is not None]
         return {"d": kept} if kept else None
     for tag in ("l", "u"):
-        if tag in skeleton:
-            kids = [_prune(v, wanted) for v in skeleton[tag]]
+        if tag in node:
+            if not node[tag]:
+                return node if key in wanted else None
+            kids = [_prune(v, wanted, _join(key, i)) for i, v in enumerate(node[tag])]
             if all(c is None for c in kids):
                 return None
             return {tag: [c if c is not None else {"v": None} for c in kids]}
@@ -173,13 +189,14 @@ def _leaf_maker(as_numpy: bool) -> Callable[[str, Any], Any]:
 
 
 def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[str, str],
-              mmap: bool, device: Any = None, as_numpy: bool = False) -> Any:
+              statics: dict[str, Any], mmap: bool, device: Any = None,
+              as_numpy: bool = False) -> Any:
     tree = src.tree
     kinds = skeleton_leaves(tree) if tree is not None else {}
     reads = _reader(src, mmap, device)
     leaf = _leaf_maker(as_numpy)
     if key_map is None and tree is not None:
-        skeleton = tree if select is None else _prune(tree, set(mapping))
+        skeleton = tree if select is None else _prune(tree, set(mapping) | set(statics))
         keys = [k for k in skeleton_leaves(skeleton)] if skeleton is not None else []
         values = dict(zip(keys, reads(keys, kinds)))
         try:
@@ -189,4 +206,9 @@ def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[st
     keys = list(mapping)
     arrays = reads(keys, kinds)
     flat = {mapping[k]: leaf(kinds.get(k, "ndarray"), v) for k, v in zip(keys, arrays)}
+    for k, name in map_keys(list(statics), key_map).items():
+        if name in flat:
+            other = next(a for a, t in mapping.items() if t == name)
+            raise ValueError(f"key_map maps two keys to {name!r}: {other!r} and {k!r}")
+        flat[name] = statics[k]
     return nest_flat(flat)

@@ -16,7 +16,7 @@ from .device.array import DeviceArray
 from .workers.perworker import per_worker_read, place_of
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
-from .tree import _join, as_array_leaf, rebuild_leaf
+from .tree import _join, as_array_leaf, replacement_scalar, skeleton_leaves
 from .registry import target_view
 from .sharded import ShardedArray
 from .sharded.perworker import PerWorker, per_worker_keys
@@ -138,7 +138,7 @@ class _Plan:
         self.problems: list[str] = []
         self.idx: list[int] = []
         self.dsts: list[Any] = []
-        self.fresh: list[tuple[Any, int]] = []
+        self.fresh: list[tuple[Any, int, str]] = []  # (target, index, checkpoint key)
         self.swap: list[np.ndarray] = []  # targets in the other byte order
         self._place: tuple[int, int] | None = None
         self._rows: frozenset[str] = frozenset()
@@ -167,7 +167,7 @@ class _Plan:
             if shape != ():
                 self.problems.append(f"{t.key!r}: checkpoint holds shape {shape}, target is "
                                      "a scalar")
-            self.fresh.append((t, i))
+            self.fresh.append((t, i, key))
         else:
             self._add_array(t, i, key, shape, dtype)
 
@@ -200,6 +200,16 @@ class _Plan:
             self._to(i, dst)
 
 
+def _stored_scalars(src: CheckpointSource, fresh: list[tuple[Any, int, str]]) -> list[Any]:
+    """The stored values that replace Python scalars of ``into``
+    (``tree.replacement_scalar``: as they were saved, whatever the target's type)."""
+    if not fresh:
+        return []
+    kinds = skeleton_leaves(src.tree) if src.tree is not None else {}
+    return [replacement_scalar(kinds.get(key), arr, t.kind)
+            for (t, _, key), arr in zip(fresh, src.read_new([i for _, i, _ in fresh]))]
+
+
 def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
               strict: bool = False, comm: Any = None) -> Any:
     """Fills the targets of ``into`` from ``src`` (``mapping``: checkpoint key ->
@@ -216,12 +226,12 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
         plan.add(t, source[t.key])
     if plan.problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(plan.problems))
-    scalars = src.read_new([i for _, i in plan.fresh])
+    scalars = _stored_scalars(src, plan.fresh)  # made before any target is filled
     src.fill(plan.idx, plan.dsts)
     finish_byte_order(plan.swap)
-    for (t, _), value in zip(plan.fresh, scalars):
+    for (t, _, _), value in zip(plan.fresh, scalars):
         assert t.setter is not None  # a target without an array is a leaf with a setter
-        t.setter(rebuild_leaf(t.kind, value))
+        t.setter(value)
     for t in targets:
         if t.after is not None:
             t.after()

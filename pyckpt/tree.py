@@ -24,7 +24,7 @@ from .sharded import ShardedArray
 from .variables import Variable
 
 __all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
-           "skeleton_leaves", "static_values", "rebuild_leaf", "is_array_kind", "SCALAR_KINDS", "Leaf",
+           "skeleton_leaves", "static_values", "rebuild_leaf", "replacement_scalar", "is_array_kind", "SCALAR_KINDS", "Leaf",
            "path_trie", "paired_leaves"]
 
 _MAX_DEPTH = 512
@@ -369,6 +369,27 @@ def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
 
 _rebuild_leaf = rebuild_leaf
 
+#: a Python scalar's type by the kind of a 0-d array's dtype
+_BY_DTYPE_KIND: dict[str, Callable[[Any], Any]] = {
+    "b": bool, "i": int, "u": int, "f": float, "c": complex}
+
+
+def replacement_scalar(stored_kind: str | None, arr: np.ndarray, target_kind: str) -> Any:
+    """The value that replaces a scalar leaf of ``target_kind`` (``load(into=)``,
+    ``copy_state``) from its source's 0-d array: the source's value as it was saved
+    (``stored_kind``, a SCALAR_KINDS entry: a float stays a float in an int's
+    place, the target's type is never imposed); where the source's kind is not
+    known or is an array's, a Python scalar of the array's dtype (a numpy scalar
+    for a numpy-scalar target, or for a dtype Python has no scalar for)."""
+    if stored_kind is not None and not is_array_kind(stored_kind):
+        return rebuild_leaf(stored_kind, arr)
+    if target_kind == "int" and arr.dtype.kind == "U":  # an int beyond int64, as text
+        return rebuild_leaf("int", arr)
+    make = _BY_DTYPE_KIND.get(arr.dtype.kind)
+    if make is None or target_kind == "numpy_scalar":
+        return arr[()]
+    return make(arr[()])
+
 
 def unflatten(skeleton: Any, values: dict[str, Any],
               rebuild: Callable[[str, Any], Any] | None = None) -> Any:
@@ -424,15 +445,20 @@ def _leaf_kinds(node: Any, depth: int, out: dict[str, str]) -> None:
             _leaf_kinds(item[1], depth + 1, out)
 
 
-def static_values(skeleton: Any) -> dict[str, Any]:
+def static_values(skeleton: Any, empty: bool = False) -> dict[str, Any]:
     """key -> value of every leaf a skeleton keeps itself (str, None, bytes), keyed by
-    its ``/``-joined path as ``flatten`` joins it."""
+    its ``/``-joined path as ``flatten`` joins it; with ``empty``, empty dicts, lists
+    and tuples below the root too (they hold no key of their own either)."""
     out: dict[str, Any] = {}
-    _statics(skeleton, None, 0, out)
+    _statics(skeleton, None, 0, out, empty)
     return out
 
 
-def _statics(node: Any, key: str | None, depth: int, out: dict[str, Any]) -> None:
+_EMPTY = {"d": dict, "l": list, "u": tuple}
+
+
+def _statics(node: Any, key: str | None, depth: int, out: dict[str, Any],
+             empty: bool) -> None:
     if depth > _MAX_DEPTH or not isinstance(node, dict):
         return
     if "v" in node and key is not None:
@@ -440,33 +466,36 @@ def _statics(node: Any, key: str | None, depth: int, out: dict[str, Any]) -> Non
     elif "b" in node and key is not None:
         out[key] = base64.b64decode(node["b"])
     for tag in ("l", "u"):
-        for i, v in enumerate(node.get(tag, ())):
-            _statics(v, _join(key, i), depth + 1, out)
-    for item in node.get("d", ()):
-        _statics(item[1], _join(key, item[0]), depth + 1, out)
+        kids = node.get(tag)
+        if kids is not None and not kids and empty and key is not None:
+            out[key] = _EMPTY[tag]()
+        for i, v in enumerate(kids or ()):
+            _statics(v, _join(key, i), depth + 1, out, empty)
+    items = node.get("d")
+    if items is not None and not items and empty and key is not None:
+        out[key] = {}
+    for item in items or ():
+        _statics(item[1], _join(key, item[0]), depth + 1, out, empty)
 
 
 def nest_flat(flat: dict[str, Any]) -> dict:
     """``{"a/b": x, "a/c": y}`` -> ``{"a": {"b": x, "c": y}}``.
 
-    A key that is both a leaf and a prefix of another key keeps the leaf under
-    its full flat key at that level (so nothing is lost).
+    A key below another key that is a value itself (``a/b`` and ``a``) stays at the
+    top level under its full flat key (``{"a": ..., "a/b": ...}``), whatever the
+    order of the keys: nothing is lost.
     """
+    leaves = set(flat)
     out: dict = {}
     for key, value in flat.items():
         parts = key.split("/")
-        node = out
-        ok = True
-        for p in parts[:-1]:
-            nxt = node.setdefault(p, {})
-            if not isinstance(nxt, dict):
-                ok = False
-                break
-            node = nxt
-        if ok and not isinstance(node.get(parts[-1]), dict):
-            node[parts[-1]] = value
-        else:
+        if any("/".join(parts[:j]) in leaves for j in range(1, len(parts))):
             out[key] = value
+            continue
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
     return out
 
 

@@ -24,7 +24,8 @@ from ..device.copies import Value, copy_values
 from ..device.engine import CopyEngine
 from ..load_into import collect_targets
 from ..registry import copy_leaves, node_proxy
-from ..tree import flatten, paired_leaves, rebuild_leaf, skeleton_leaves, unflatten
+from ..tree import (flatten, is_array_kind, paired_leaves, replacement_scalar, skeleton_leaves,
+                    unflatten)
 from ..variables import Variable
 from .keys import SAVE_COUNTER_KEY, VALUE_SUFFIX, escape, index_lists, unescape
 from .nodes import value_target
@@ -175,16 +176,21 @@ def _is_graph(x: Any) -> bool:
     return node_proxy(x) is not None
 
 
-def _sources(x: Any) -> tuple[dict[str, Value], dict[str, Any]]:
-    """(key -> value, key prefix of a stateful object -> its stored state tree)."""
+def _sources(x: Any) -> tuple[dict[str, Value], dict[str, Any], dict[str, str]]:
+    """(key -> value, key prefix of a stateful object -> its stored state tree, key ->
+    leaf kind of the Python and numpy scalars among the values where it is known)."""
     if isinstance(x, Snapshot):
-        return dict(x.arrays), _states(x.graph)
+        return dict(x.arrays), _states(x.graph), {}
     if _is_graph(x):
         live = traverse(x)
-        values = {k: live.array_of(n) for k, n in zip(live.value_keys(), live.values)}
-        return values, {live.prefixes[n]: t for n, t in live.states().items()}
+        keys = live.value_keys()
+        values = {k: live.array_of(n) for k, n in zip(keys, live.values)}
+        kinds = {k: o.kind for k, o in ((k, live.objects[n]) for k, n in zip(keys, live.values))
+                 if isinstance(o, PyValue) and o.kind is not None and not is_array_kind(o.kind)}
+        return values, {live.prefixes[n]: t for n, t in live.states().items()}, kinds
     leaves, _ = flatten(x)
-    return {lf.key: lf.array for lf in leaves}, {}
+    return ({lf.key: lf.array for lf in leaves}, {},
+            {lf.key: lf.kind for lf in leaves if not is_array_kind(lf.kind)})
 
 
 def _states(g: StoredGraph) -> dict[str, Any]:
@@ -294,7 +300,7 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     if leaves is not None and leaves[0] and (_copy_host_arrays(*leaves, threads) or
                                              (not threads and copy_leaves(*leaves))):
         return dst
-    s, states = _sources(src)
+    s, states, kinds = _sources(src)
     counter = _save_counter(dst)
     if counter is not None and SAVE_COUNTER_KEY in s:
         counter()  # created to be copied into, as restore creates it
@@ -318,10 +324,10 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     for prefix, pv in d.texts:  # strings, None...: from the source's stored state
         if prefix in states and not skeleton_leaves(states[prefix]):
             pv.put(unflatten(states[prefix], {}))
-    scalars = [np.empty(arr.shape, dtype=arr.dtype) for _, _, arr in pairs.setters]
-    copy_values([arr for _, _, arr in pairs.setters], scalars, threads)
-    for (setter, kind, _), value in zip(pairs.setters, scalars):
-        setter(rebuild_leaf(kind, value))
+    scalars = [np.empty(arr.shape, dtype=arr.dtype) for _, _, arr, _ in pairs.setters]
+    copy_values([arr for _, _, arr, _ in pairs.setters], scalars, threads)
+    for (setter, kind, _, key), value in zip(pairs.setters, scalars):
+        setter(replacement_scalar(kinds.get(key), value, kind))
     return dst
 
 
@@ -376,7 +382,8 @@ class _Pairs:
         self.srcs: list[Value] = []
         self.dsts: list[Value] = []
         self.finish: list[Callable[[], None] | None] = []  # per pair
-        self.setters: list[tuple[Callable[[Any], None], str, Value]] = []
+        #: (setter, the destination's leaf kind, source value, key)
+        self.setters: list[tuple[Callable[[Any], None], str, Value, str]] = []
 
     @classmethod
     def match(cls, s: dict[str, Value], d: _Targets, strict: bool,
@@ -388,7 +395,7 @@ class _Pairs:
             if key in d.setters:
                 setter, kind = d.setters[key]
                 if tuple(arr.shape) == ():
-                    pairs.setters.append((setter, kind, arr))
+                    pairs.setters.append((setter, kind, arr, key))
                 elif strict:
                     problems.append(f"{key!r}: source shape {tuple(arr.shape)}, destination "
                                     f"is a scalar")
