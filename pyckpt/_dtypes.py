@@ -62,6 +62,14 @@ def refuse_objects(dtype: np.dtype, where: str = "") -> None:
                         "fixed-size dtype")
 
 
+def refuse_masked(arr: np.ndarray) -> None:
+    """TypeError for a numpy masked array (an ndarray subclass): pyckpt would store
+    or fill its data and lose its mask."""
+    if isinstance(arr, np.ma.MaskedArray):
+        raise TypeError("a numpy masked array: its mask would be lost; store "
+                        "np.ma.getdata(x) and np.ma.getmaskarray(x) as two arrays")
+
+
 def _dtype_name(dtype: np.dtype) -> str:
     if dtype.name in _BUILTIN:
         return dtype.name

@@ -11,12 +11,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
+from ._dtypes import (describe_dtypes, finish_byte_order, refuse_masked, same_dtype,
+                      source_order_view)
 from .device.array import DeviceArray
+from .device.copies import unwritable
 from .workers.perworker import per_worker_read, place_of
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
-from .tree import _join, as_array_leaf, replacement_scalar, skeleton_leaves
+from .tree import _join, as_array_leaf, keyed_error, replacement_scalar, skeleton_leaves
 from .registry import target_view
 from .sharded import ShardedArray
 from .sharded.perworker import PerWorker, per_worker_keys
@@ -42,6 +44,8 @@ class Target:
 
 def _writable_view(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None:
     if isinstance(obj, np.ndarray):
+        if type(obj) is not np.ndarray:
+            refuse_masked(obj)
         return obj, None
     if isinstance(obj, Variable):
         return obj._value, None
@@ -76,7 +80,10 @@ def _collect(node: Any, key: Any, setter: Callable | None, out: list[Target]) ->
     if key is None:
         raise TypeError("`into` must be a dict, list or tuple of arrays (a tree), "
                         f"not a single {type(node).__name__}")
-    view = _writable_view(node)
+    try:
+        view = _writable_view(node)
+    except (TypeError, ValueError, RuntimeError) as e:  # an adapter's refusal
+        raise keyed_error(e, key) from e
     if view is not None:
         out.append(Target(key, view[0], None, "ndarray", after=view[1]))
         return
@@ -191,8 +198,8 @@ class _Plan:
                    if key in per_worker_keys(self.src.info) else ""))
         elif isinstance(t.array, DeviceArray):  # filled on its device, in native order
             self._to(i, t.array)
-        elif not t.array.flags.writeable:
-            self.problems.append(f"{t.key!r}: target array is read-only")
+        elif (why := unwritable(t.array)) is not None:
+            self.problems.append(f"{t.key!r}: target array is {why}")
         else:
             dst, swapped = source_order_view(t.array, dtype)
             if swapped:

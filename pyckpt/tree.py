@@ -18,13 +18,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ._dtypes import refuse_masked
 from .device.array import DeviceArray
 from .registry import from_host, leaf_adapter
 from .sharded import ShardedArray
 from .variables import Variable
 
 __all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
-           "skeleton_leaves", "static_values", "rebuild_leaf", "replacement_scalar", "is_array_kind", "SCALAR_KINDS", "Leaf",
+           "skeleton_leaves", "static_values", "rebuild_leaf", "replacement_scalar", "is_array_kind",
+           "SCALAR_KINDS", "Leaf", "keyed_error",
            "path_trie", "paired_leaves"]
 
 _MAX_DEPTH = 512
@@ -110,11 +112,14 @@ _PY_KINDS = {bool: ("bool", np.bool_), int: ("int", np.int64), float: ("float", 
 def as_array_leaf(obj: Any) -> tuple[np.ndarray | DeviceArray, str] | None:
     """(array, kind) when obj is an array-like leaf (a DeviceArray for a value in
     device memory), else None."""
-    if isinstance(obj, np.ndarray):
+    t = type(obj)
+    if t is np.ndarray:
+        return obj, "ndarray"
+    if isinstance(obj, np.ndarray):  # a subclass
+        refuse_masked(obj)
         return obj, "ndarray"
     if isinstance(obj, Variable):
         return obj._value, "ndarray"
-    t = type(obj)
     if t in _PY_KINDS:
         kind, dt = _PY_KINDS[t]
         if t is int and not _INT64_MIN <= obj <= _INT64_MAX:
@@ -126,6 +131,14 @@ def as_array_leaf(obj: Any) -> tuple[np.ndarray | DeviceArray, str] | None:
         return obj.local, "ndarray"
     found = leaf_adapter(obj)  # torch, JAX, user types (pyckpt.registry)
     return None if found is None else (found[1], found[0])  # kind: the adapter's name
+
+
+def keyed_error(e: BaseException, key: Any) -> Exception:
+    """``e`` (a TypeError, ValueError or RuntimeError, e.g. a framework's refusal of a
+    tensor) as the same kind of error whose message starts with the key it is about."""
+    cls = TypeError if isinstance(e, TypeError) else \
+        ValueError if isinstance(e, ValueError) else RuntimeError
+    return cls(f"{key!r}: {e}")
 
 
 def _static(obj: Any) -> dict | None:
@@ -263,7 +276,10 @@ def _flatten_node(node: Any, key: str | None, depth: int, leaves: list[Leaf],
         tag = "l" if isinstance(node, list) else "u"
         return {tag: [_flatten_node(v, _join(key, i), depth + 1, leaves, seen)
                       for i, v in enumerate(node)]}
-    leaf = as_array_leaf(node)
+    try:
+        leaf = as_array_leaf(node)
+    except (TypeError, ValueError, RuntimeError) as e:  # an adapter's, or a masked array
+        raise keyed_error(e, key) from e
     if leaf is not None:
         assert key is not None  # the root is a container or has a prefix (flatten)
         validate_key(key)

@@ -207,7 +207,8 @@ def copy_tensors(torch: Any, srcs: list, dsts: list,
                  host_copy: Callable[[list, list], None]) -> bool:
     """The ``copy`` hook (``copy_state`` of two trees of tensors): when every pair is
     two strided tensors of one CUDA device, or two CPU tensors, of one shape and
-    dtype (none a conjugate or negative view, no inference tensor to write), copies
+    dtype (none a conjugate or negative view, no inference tensor or expanded tensor
+    to write: the per-value path reports those), copies
     them in place and returns True; else False, nothing copied. CUDA pairs: one
     batched copy per device, on its current stream. CPU pairs: those under
     ``SMALL_HOST_BYTES`` in one batch, the others by ``host_copy(srcs, dsts)``. The
@@ -217,7 +218,8 @@ def copy_tensors(torch: Any, srcs: list, dsts: list,
     for s, d in zip(srcs, dsts):
         if not isinstance(s, T) or not isinstance(d, T) or s.dtype is not d.dtype \
                 or s.shape != d.shape or s.layout is not strided or d.layout is not strided \
-                or s.is_conj() or d.is_conj() or s.is_neg() or d.is_neg() or d.is_inference():
+                or s.is_conj() or d.is_conj() or s.is_neg() or d.is_neg() or d.is_inference() \
+                or (not d.is_contiguous() and _shares_memory(d)):
             return False
         if s.is_cuda:
             dev = s.get_device()
@@ -237,6 +239,11 @@ def copy_tensors(torch: Any, srcs: list, dsts: list,
         else:
             foreach_copy(torch, group_d, group_s)
     return True
+
+
+def _shares_memory(t: Any) -> bool:
+    """Whether elements of a tensor share memory (a stride of 0: ``expand``)."""
+    return any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape))
 
 
 _ENGINES: dict[str, TorchCudaEngine] = {}

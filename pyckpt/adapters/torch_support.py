@@ -74,6 +74,11 @@ def _plain(obj: Any) -> Any:
     return obj.detach() if obj.requires_grad else obj
 
 
+def _not_strided(t: Any) -> TypeError:
+    return TypeError(f"a {str(t.layout).replace('torch.', '')} tensor: pyckpt stores dense "
+                     "(strided) tensors; save t.to_dense(), or its parts (indices and values)")
+
+
 def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
     """The ``leaf`` hook: a numpy view of a CPU tensor, a DeviceArray for a CUDA
     tensor, a host copy for other devices; None for what is not a tensor."""
@@ -81,12 +86,16 @@ def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
     t = _plain(obj)
+    if t.layout is not torch.strided:
+        raise _not_strided(t)
     if t.is_cuda:
         return device_array(torch, t)
     if not t.is_cpu:
         t = t.cpu()
     if t.is_conj():
         t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
     view = _ml_view(torch, t)
     return view if view is not None else t.numpy()
 
@@ -99,6 +108,11 @@ def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | DeviceA
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
     t = _plain(obj)
+    if t.layout is not torch.strided:
+        raise _not_strided(t)
+    if t.is_conj() or t.is_neg():
+        raise TypeError("a conjugate or negative view of another tensor cannot be filled in "
+                        "place: resolve_conj() / resolve_neg() it (a new tensor), then fill that")
     if t.is_cuda:
         return device_array(torch, t)
     if t.is_cpu:

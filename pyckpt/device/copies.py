@@ -20,10 +20,33 @@ from .._native import core as _core
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket
 
-__all__ = ["Value", "copy_values"]
+__all__ = ["Value", "copy_values", "unwritable"]
 
 #: A value as the copy routines see it: a host array or an array in device memory.
 Value = Union[np.ndarray, DeviceArray]
+
+
+def unwritable(arr: np.ndarray) -> str | None:
+    """Why a host array cannot be filled in place, or None: read-only, or elements
+    that share memory (a stride of 0, as ``broadcast_to`` / torch's ``expand``
+    make: each would take the last value written). Layouts this cannot prove free
+    of overlap (an exotic ``as_strided``) are refused too."""
+    flags = arr.flags
+    if not flags.writeable:
+        return "read-only"
+    if flags.c_contiguous or flags.f_contiguous or arr.size == 0:
+        return None
+    dims = sorted((abs(st), n) for st, n in zip(arr.strides, arr.shape) if n > 1)
+    reach = arr.itemsize  # the bytes one step of the next dimension must clear
+    for stride, n in dims:
+        if stride == 0:
+            return ("overlapping: its elements share memory (a stride of 0, as expand() "
+                    "or broadcast_to() make); fill a contiguous copy, then copy it over")
+        if stride < reach:
+            return (f"possibly overlapping (strides {arr.strides} for shape {arr.shape}); "
+                    "fill a contiguous copy, then copy it over")
+        reach = stride * n
+    return None
 
 
 def _wait_all(tickets: Sequence[Ticket]) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._dtypes import refuse_masked
 from ..device.array import DeviceArray
 from ..registry import node_proxy, target_view
 from ..variables import Variable
@@ -36,6 +37,8 @@ def value_target(obj: Any) -> Target | None:
     if isinstance(obj, Variable):
         return obj._value, None
     if isinstance(obj, np.ndarray):
+        if type(obj) is not np.ndarray:
+            refuse_masked(obj)
         return obj, None
     if isinstance(obj, PyValue):
         return None if obj.array is None else (obj.array, None)

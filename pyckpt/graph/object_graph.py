@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..tree import path_trie
+from ..tree import keyed_error, path_trie
 from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
@@ -301,13 +301,16 @@ def traverse(root: Any, skip: Iterable[int] = (), stop: Iterable[int] = (),
             g.values.append(i)
             i += 1
             continue
-        if memo is not None:
-            target = remembered_target(obj, memo)
-            value = target is not None
-            if target is not None:
-                targets[i] = target
-        else:
-            value = is_value(obj)
+        try:
+            if memo is not None:
+                target = remembered_target(obj, memo)
+                value = target is not None
+                if target is not None:
+                    targets[i] = target
+            else:
+                value = is_value(obj)
+        except (TypeError, ValueError, RuntimeError) as e:  # an adapter refused the value
+            raise keyed_error(e, _where(g, i)) from e
         if value:
             g.values.append(i)
         if stopped and id(obj) in stopped:

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from ..device.array import DeviceArray
+from ..device.copies import unwritable
 from ..tree import skeleton_leaves, unflatten
 from . import deferred
 from .keys import STATE_SUFFIX, escape, index_lists, path_string
@@ -242,8 +243,8 @@ class RestoreSession:
                                 f"dtype {theirs}")
             elif isinstance(dst, DeviceArray):
                 pass  # filled on its device (SnapshotSource / CheckpointSource.fill)
-            elif not dst.flags.writeable:
-                problems.append(f"{key!r}: the object's array is read-only")
+            elif (why := unwritable(dst)) is not None:
+                problems.append(f"{key!r}: the object's array is {why}")
             else:  # a target in the other byte order is filled through a view, then swapped
                 view, swapped = source_order_view(dst, dtype)
                 if swapped:

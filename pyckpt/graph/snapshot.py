@@ -20,7 +20,7 @@ import numpy as np
 from .._dtypes import describe_dtypes, refuse_objects, same_dtype
 from ..device.array import DeviceArray
 from ..device.buffers import PinnedPool
-from ..device.copies import Value, copy_values
+from ..device.copies import Value, copy_values, unwritable
 from ..device.engine import CopyEngine
 from ..load_into import collect_targets
 from ..registry import copy_leaves, node_proxy
@@ -346,7 +346,7 @@ def _copy_host_arrays(srcs: list, dsts: list, threads: int) -> bool:
     else False, nothing copied."""
     for a, b in zip(srcs, dsts):
         if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or \
-                a.dtype != b.dtype or a.shape != b.shape or not b.flags.writeable or \
+                a.dtype != b.dtype or a.shape != b.shape or unwritable(b) is not None or \
                 a.dtype.hasobject:
             return False
     copy_values(srcs, dsts, threads)
@@ -413,8 +413,9 @@ class _Pairs:
                 problems.append(f"{key!r}: source shape {tuple(arr.shape)} dtype {ours}, "
                                 f"destination shape {tuple(target.shape)} dtype {theirs}")
             return
-        if isinstance(target, np.ndarray) and not target.flags.writeable:
-            problems.append(f"{key!r}: destination array is read-only")
+        why = unwritable(target) if isinstance(target, np.ndarray) else None
+        if why is not None:
+            problems.append(f"{key!r}: destination array is {why}")
             return
         self.keys.append(key)
         self.srcs.append(arr)
@@ -433,7 +434,7 @@ class _Pairs:
             src = self.srcs[i]
             if found is None or tuple(found[0].shape) != tuple(src.shape) or \
                     not same_dtype(found[0].dtype, src.dtype) or \
-                    (isinstance(found[0], np.ndarray) and not found[0].flags.writeable):
+                    (isinstance(found[0], np.ndarray) and unwritable(found[0]) is not None):
                 raise ValueError(f"copy_state: {key!r} of the destination changed while "
                                  "the objects restored as a whole (load_state_dict) were "
                                  "restored; its values and those after it were not copied")

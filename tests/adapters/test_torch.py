@@ -125,3 +125,28 @@ def test_restore_status_of_a_module_checkpoint(tmp_path):
     status.assert_consumed()
     assert torch.equal(model2[0].weight, model[0].weight)
     assert opt2.param_groups[0]["lr"] == 0.1
+
+
+def test_unusual_tensors_are_stored_or_refused_naming_the_key(tmp_path):
+    """A negative view is stored as its values; sparse tensors, and conjugate or
+    negative views as targets, are refused with the key (torch's own errors had none);
+    an expanded target (elements sharing memory) is refused before anything is filled."""
+    c = torch.tensor([1 + 2j, 3 - 1j])
+    neg = c.conj().imag  # a view with the negative bit set
+    assert neg.is_neg()
+    pyckpt.save({"model": {"w": neg}}, tmp_path / "n")
+    assert torch.equal(pyckpt.load(tmp_path / "n")["model"]["w"], torch.tensor([-2.0, 1.0]))
+    with pytest.raises(TypeError, match="'model/w': a sparse_coo tensor"):
+        pyckpt.save({"model": {"w": torch.eye(2).to_sparse()}}, tmp_path / "s")
+    pyckpt.save({"c": c, "x": torch.arange(12.0).reshape(3, 4), "y": torch.ones(2)},
+                tmp_path / "c")
+    with pytest.raises(TypeError, match="'c': a conjugate or negative view"):
+        pyckpt.load(tmp_path / "c", into={"c": torch.zeros(2, dtype=torch.complex64).conj()})
+    into = {"x": torch.zeros(4).expand(3, 4), "y": torch.zeros(2)}
+    with pytest.raises(ValueError, match="'x': target array is overlapping"):
+        pyckpt.load(tmp_path / "c", into=into)
+    assert torch.equal(into["y"], torch.zeros(2))
+    dst = {"x": torch.zeros(4).expand(3, 4), "y": torch.zeros(2)}
+    with pytest.raises(ValueError, match="'x': destination array is overlapping"):
+        pyckpt.copy_state({"x": torch.ones(3, 4), "y": torch.ones(2)}, dst)
+    assert torch.equal(dst["y"], torch.zeros(2))
