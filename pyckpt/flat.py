@@ -130,7 +130,12 @@ def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[st
         arrays = [p for p, a in enumerate(array) if a]
         dsts, after = [], []
         for p in arrays:
-            out[p] = empty_on(device, src.shape(idx[p]), src.dtype(idx[p]))
+            try:
+                out[p] = empty_on(device, src.shape(idx[p]), src.dtype(idx[p]))
+            except TypeError as e:
+                raise TypeError(f"{keys[p]!r}: cannot be loaded with device={device!r}: {e}; "
+                                "load it without device= (as a numpy array), or select= "
+                                "the others") from None
             view = target_view(out[p])
             if view is None:
                 raise TypeError(f"cannot fill the {type(out[p]).__name__} made for device="

@@ -115,25 +115,34 @@ def _graph_hint(src: CheckpointSource, mapping: dict[str, str]) -> str:
             f"{_GRAPH_SUFFIX!r}))")
 
 
+def _listing(keys: list[str]) -> str:
+    return ", ".join(map(repr, keys[:20])) + (f" and {len(keys) - 20} more" if len(keys) > 20
+                                              else "")
+
+
 def _check_keys(src: CheckpointSource, targets: list[Any], mapping: dict[str, str],
                 source: dict[str, str], strict: bool) -> None:
     """Every target has a checkpoint key; with ``strict``, every mapped key a target."""
     missing = [t.key for t in targets if t.key not in source]
     if missing:
-        raise CheckpointKeyError(
-            f"{len(missing)} key(s) of `into` are not in checkpoint {src.url}: "
-            + ", ".join(map(repr, missing[:20]))
-            + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
-            + _graph_hint(src, mapping))
+        absent = [k for k in missing if k not in src.index]
+        left_out = [k for k in missing if k in src.index]
+        parts = []
+        if absent:
+            parts.append(f"{len(absent)} key(s) of `into` are not in checkpoint {src.url}: "
+                         + _listing(absent) + _graph_hint(src, mapping))
+        if left_out:
+            parts.append(f"{len(left_out)} key(s) of `into` are in checkpoint {src.url} but "
+                         "select= or key_map= left them out: " + _listing(left_out))
+        raise CheckpointKeyError("; ".join(parts))
     if strict:
         have = {t.key for t in targets}
         unused = [k for k, t in mapping.items() if t not in have]
         if unused:
             raise CheckpointKeyError(
                 f"{len(unused)} key(s) of checkpoint {src.url} have no place in `into` "
-                f"(strict=True): {', '.join(map(repr, unused[:20]))}"
-                + (f" and {len(unused) - 20} more" if len(unused) > 20 else "")
-                + "; pass strict=False to load only what `into` holds, or select= them")
+                f"(strict=True): {_listing(unused)}"
+                "; pass strict=False to load only what `into` holds, or select= them")
 
 
 class _Plan:

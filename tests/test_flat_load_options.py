@@ -135,3 +135,13 @@ def test_copy_state_gives_scalars_the_source_values_as_they_are(tmp_path):
     again.cfg = {"lr": 0, "big": 0}
     pyckpt.copy_state(pyckpt.Checkpoint(m=src).snapshot(), pyckpt.Checkpoint(m=again))
     assert dict(again.cfg) == {"lr": 3.7, "big": 2 ** 70}
+
+
+def test_into_keys_left_out_by_select_are_told_apart_from_absent_ones(saved):
+    path, _ = saved
+    into = {"opt": [{"m": np.ones(2)}, 0], "nope": np.zeros(1)}
+    with pytest.raises(pyckpt.CheckpointKeyError) as e:
+        pyckpt.load(path, into=into, select="params")
+    msg = str(e.value)
+    assert "are not in checkpoint" in msg and "'nope'" in msg
+    assert "select= or key_map= left them out: 'opt/0/m', 'opt/1'" in msg

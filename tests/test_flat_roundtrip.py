@@ -165,3 +165,11 @@ def test_metadata(ckpt_dir):
     assert pyckpt.load_checkpoint(ckpt_dir).metadata == {"step": 3, "cfg": {"lr": 0.1}}
     with pytest.raises(ValueError, match="JSON"):
         pyckpt.save({"x": np.ones(1)}, ckpt_dir + "2", metadata={"bad": object()})
+
+
+def test_metadata_keys_json_stores_under_one_name_are_refused(ckpt_dir):
+    """1 and "1" are both the JSON name "1": one of the two values was lost."""
+    with pytest.raises(ValueError, match=r"metadata\['cfg'\]\[0\]: keys 1 and '1'"):
+        pyckpt.save({"x": np.ones(1)}, ckpt_dir, metadata={"cfg": [{1: "a", "1": "b"}]})
+    pyckpt.save({"x": np.ones(1)}, ckpt_dir, metadata={1: "a", "b": {True: 1}})
+    assert pyckpt.load_checkpoint(ckpt_dir).metadata == {"1": "a", "b": {"true": 1}}

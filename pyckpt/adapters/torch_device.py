@@ -72,7 +72,10 @@ def torch_dtype(torch: Any, dtype: np.dtype) -> Any:
     name = np.dtype(dtype).name
     if name in ML_NAMES or name == "bool":
         return getattr(torch, name)
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    try:
+        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    except TypeError:
+        raise TypeError(f"torch has no dtype for numpy's {np.dtype(dtype)}") from None
 
 
 class _EventTicket(Ticket):

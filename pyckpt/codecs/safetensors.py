@@ -25,6 +25,7 @@ import numpy as np
 
 from .._dtypes import dtype_from_name, dtype_name
 from ..errors import CorruptCheckpointError
+from ..format.records import MAX_BYTES, MAX_NDIM, span
 from ..format.source import CheckpointSource, KeyedSource
 from ..format.values import left_out_warning, text_values
 from ..sharded import ShardedArray
@@ -105,6 +106,9 @@ class SafetensorsFile(FlatTensors):
                 if not all(type(d) is int and d >= 0 for d in shape) or type(b) is not int \
                         or type(e) is not int:
                     raise ValueError("non-integer shape or offsets")
+                if len(shape) > MAX_NDIM or span(shape, dtype.itemsize) > MAX_BYTES:
+                    raise ValueError(f"shape beyond the limits ({MAX_NDIM} dimensions, 2^62 "
+                                     "bytes counting zero dimensions as 1)")
             except (KeyError, TypeError, ValueError) as exc:
                 raise CorruptCheckpointError(f"{url}: tensor {key!r}: bad header entry "
                                              f"{info!r} ({exc})") from None

@@ -82,7 +82,25 @@ def check_metadata(metadata: Any) -> dict:
         json.dumps(metadata, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"metadata is not JSON-serializable: {e}") from None
+    _check_json_keys(metadata, "metadata")
     return metadata
+
+
+def _check_json_keys(value: Any, where: str) -> None:
+    """ValueError for a dict of ``value`` with two keys JSON writes as one name (``1``
+    and ``"1"``: one of the two values would be lost)."""
+    if isinstance(value, dict):
+        names: dict[str, Any] = {}
+        for k, v in value.items():
+            name = k if isinstance(k, str) else next(iter(json.loads(json.dumps({k: 0}))))
+            if name in names:
+                raise ValueError(f"{where}: keys {names[name]!r} and {k!r} are both stored as "
+                                 f"{name!r} (JSON names are strings): one value would be lost")
+            names[name] = k
+            _check_json_keys(v, f"{where}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_json_keys(v, f"{where}[{i}]")
 
 
 def _num_files(total: int, nonzero: int, opts: IOOptions) -> int:

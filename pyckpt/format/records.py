@@ -28,6 +28,13 @@ MAX_CHUNK = 1 << 31
 BadFn = Callable[[str], Exception]
 
 
+def span(shape: Sequence[int], itemsize: int) -> int:
+    """Bytes of the shape with every zero dimension counted as 1: what numpy needs
+    to be able to represent it (``np.empty((0, 2**62), 'f4')`` is "too big"); a
+    shape whose span exceeds MAX_BYTES is beyond the format's limits."""
+    return math.prod(max(d, 1) for d in shape) * itemsize
+
+
 # eq=False, repr=False: records compare by identity (and stay hashable), as before
 @dataclass(slots=True, eq=False, repr=False)
 class FileEntry:

@@ -14,7 +14,7 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ..sharded.boxes import check_partition
 from ..tree import validate_keys
 from .json_scan import LazyJSON, scan_members
 from .records import (FORMAT_VERSION, MAX_BYTES, MAX_CHUNK, MAX_NDIM, BadFn, BlockTable,
-                      DtypeColumn, FileEntry, ShapeColumn)
+                      DtypeColumn, FileEntry, ShapeColumn, span)
 
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 _HEX = re.compile(r"^[0-9a-f]*$")
@@ -72,12 +72,6 @@ def _dims(raw: Any, what: str, bad: BadFn) -> tuple[int, ...]:
         if type(d) is not int or not (0 <= d <= MAX_BYTES):
             raise bad(f"{what} has a bad dimension {d!r}")
     return tuple(raw)
-
-
-def _span(shape: Sequence[int], itemsize: int) -> int:
-    """Bytes of the shape with every zero dimension counted as 1: what numpy needs
-    to be able to represent it (``np.empty((0, 2**62), 'f4')`` is "too big")."""
-    return math.prod(max(d, 1) for d in shape) * itemsize
 
 
 @dataclass(slots=True)
@@ -295,7 +289,7 @@ class _Validator:
         out *= itemsize
         for i in np.nonzero(span_log > 56)[0].tolist():
             shape, size = shapes[i], int(itemsize[i])
-            if _span(shape, size) > MAX_BYTES:
+            if span(shape, size) > MAX_BYTES:
                 raise self.bad(f"tensor {keys[i]!r}: shape {list(shape)} is too large for "
                                f"{size}-byte items (at most 2^62 bytes, counting zero "
                                "dimensions as 1)")

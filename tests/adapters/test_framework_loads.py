@@ -160,3 +160,11 @@ def test_jax_pytrees_load_nested_and_restore_text_leaves(tmp_path):
     np.testing.assert_array_equal(np.asarray(back["layers"][1]), [7])
     with pytest.raises(pyckpt.CheckpointError, match="'other'"):
         jax_support.restore(tmp_path / "j", {**target, "other": "x"})
+
+
+def test_device_load_of_a_dtype_torch_lacks_names_the_key(tmp_path):
+    pyckpt.save({"vocab": np.array(["ab", "c"]), "w": np.ones(2)}, tmp_path / "c")
+    with pytest.raises(TypeError, match="'vocab': cannot be loaded with device='cpu'.*<U2"):
+        pyckpt.load(tmp_path / "c", device="cpu")
+    got = pyckpt.load(tmp_path / "c", device="cpu", select="w")
+    assert isinstance(got["w"], torch.Tensor) and torch.equal(got["w"], torch.ones(2, dtype=torch.float64))

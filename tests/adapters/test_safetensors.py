@@ -60,3 +60,15 @@ def test_unsupported_dtype_and_corrupt_header(tmp_path):
     bad.write_bytes((10**9).to_bytes(8, "little") + b"{}")
     with pytest.raises(pyckpt.CorruptCheckpointError, match="header length"):
         pyckpt.load(str(bad))
+
+
+@pytest.mark.parametrize("shape", [[2 ** 32, 2 ** 32, 0], [1] * 65])
+def test_a_header_shape_beyond_the_limits_is_a_corrupt_file(tmp_path, shape):
+    """A zero-size tensor whose other dimensions numpy cannot represent passed the
+    header checks and failed in numpy ("array is too big"), naming nothing."""
+    import json
+    header = json.dumps({"t": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}).encode()
+    bad = tmp_path / "big.safetensors"
+    bad.write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(pyckpt.CorruptCheckpointError, match="tensor 't'.*beyond the limits"):
+        pyckpt.load(str(bad))
