@@ -144,8 +144,14 @@ def describe_dtypes(a: np.dtype, b: np.dtype) -> tuple[str, str]:
     a, b = np.dtype(a), np.dtype(b)
     oa, ob = _order(a), _order(b)
     if oa and ob and oa != ob:
-        return f"{a.name} ({oa})", f"{b.name} ({ob})"
-    return a.name, b.name
+        return f"{_label(a)} ({oa})", f"{_label(b)} ({ob})"
+    return _label(a), _label(b)
+
+
+def _label(dtype: np.dtype) -> str:
+    """A dtype's name as users write it: the stored name for bytes, str and datetime
+    (``U22``, ``M8[D]``; numpy's ``name`` is ``str704`` for ``<U22``)."""
+    return _dtype_name(dtype) if dtype.kind in "SUMm" else dtype.name
 
 
 def source_order_view(dst: np.ndarray, src_dtype: np.dtype) -> tuple[np.ndarray, bool]:

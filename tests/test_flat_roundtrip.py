@@ -173,3 +173,11 @@ def test_metadata_keys_json_stores_under_one_name_are_refused(ckpt_dir):
         pyckpt.save({"x": np.ones(1)}, ckpt_dir, metadata={"cfg": [{1: "a", "1": "b"}]})
     pyckpt.save({"x": np.ones(1)}, ckpt_dir, metadata={1: "a", "b": {True: 1}})
     assert pyckpt.load_checkpoint(ckpt_dir).metadata == {"1": "a", "b": {"true": 1}}
+
+
+def test_dtype_mismatches_name_text_dtypes_as_users_write_them(ckpt_dir):
+    pyckpt.save({"a": np.array(["ab" * 11]), "t": np.array(["2024-01-01"], "M8[D]")}, ckpt_dir)
+    with pytest.raises(ValueError, match=r"dtype U22, target has shape \(1,\) dtype U1") as e:
+        pyckpt.load(ckpt_dir, into={"a": np.array(["x"]), "t": np.zeros(1, "M8[s]")})
+    assert "dtype M8[D], target has shape (1,) dtype M8[s]" in str(e.value)
+    assert "str" not in str(e.value)
