@@ -23,7 +23,9 @@ optimizers as object-graph nodes.
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -167,6 +169,9 @@ class ModuleNode:
         out.extend((n, b) for n, b in m.named_buffers(recurse=False) if b is not None
                    and n not in getattr(m, "_non_persistent_buffers_set", set()))
         out.extend(m.named_children())
+        extra = _extra_state(m)
+        if extra is not None:
+            out.append((EXTRA_STATE, extra))
         return out
 
     def _pyckpt_get_child(self, name: str) -> Any:
@@ -177,6 +182,46 @@ class ModuleNode:
             for n, v in self._pyckpt_children():  # the first of a name, as a scan finds it
                 self._by_name.setdefault(n, v)
         return self._by_name.get(name, MISSING)
+
+
+#: the edge of a module's extra state (torch's state_dict key suffix for it)
+EXTRA_STATE = "_extra_state"
+
+
+class ExtraState:
+    """A module's extra state (what its own ``get_extra_state()`` returns) as an object
+    of the graph: one per module, so that walks find the same object again; its node
+    (``node_for``) is a StateNode made per visit, restored with ``set_extra_state``,
+    the state kept under the edge ``value`` (it need not be a dict)."""
+
+    __slots__ = ("_module", "__weakref__")
+
+    def __init__(self, module: Any) -> None:
+        self._module = weakref.ref(module)
+
+    def node(self) -> StateNode:
+        module = self._module()
+        if module is None:  # only while its module is alive is it in any graph
+            raise ReferenceError("the module of this extra state is gone")
+        return StateNode(module, lambda: {"value": module.get_extra_state()},
+                         lambda state: module.set_extra_state(state["value"]))
+
+
+_EXTRA: "weakref.WeakKeyDictionary[Any, ExtraState]" = weakref.WeakKeyDictionary()
+_EXTRA_LOCK = threading.Lock()
+
+
+def _extra_state(module: Any) -> ExtraState | None:
+    """The ExtraState of a module whose class defines ``get_extra_state`` (as torch's
+    ``state_dict`` includes it), else None."""
+    own = getattr(type(module), "get_extra_state", None)
+    if own is None or own is getattr(_torch().nn.Module, "get_extra_state", None):
+        return None
+    with _EXTRA_LOCK:
+        found = _EXTRA.get(module)
+        if found is None:
+            found = _EXTRA[module] = ExtraState(module)
+        return found
 
 
 class OptimizerNode(StateNode):
@@ -295,6 +340,8 @@ def node_for(obj: Any) -> Any:
         return OptimizerNode(obj)
     if isinstance(obj, torch.Generator):
         return generator_node(obj)
+    if isinstance(obj, ExtraState):
+        return obj.node()
     return None
 
 

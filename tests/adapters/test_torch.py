@@ -150,3 +150,56 @@ def test_unusual_tensors_are_stored_or_refused_naming_the_key(tmp_path):
     with pytest.raises(ValueError, match="'x': destination array is overlapping"):
         pyckpt.copy_state({"x": torch.ones(3, 4), "y": torch.ones(2)}, dst)
     assert torch.equal(dst["y"], torch.zeros(2))
+
+
+class _Scaled(torch.nn.Module):
+    """A module with extra state (torch's get_extra_state / set_extra_state)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.scale, self.table = 1.0, torch.zeros(2)
+
+    def get_extra_state(self):
+        return {"scale": self.scale, "table": self.table, "name": "scaled"}
+
+    def set_extra_state(self, state):
+        self.scale, self.table = state["scale"], state["table"]
+
+
+class _Counted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner, self.calls = _Scaled(), 0
+
+    def get_extra_state(self):
+        return self.calls  # not a dict
+
+    def set_extra_state(self, state):
+        self.calls = state
+
+
+def test_module_extra_state_is_saved_and_restored(tmp_path):
+    """get_extra_state() was never called: the extra state was dropped without a word
+    while assert_consumed passed."""
+    m = _Counted()
+    m.calls, m.inner.scale, m.inner.table = 7, 3.5, torch.ones(2)
+    path = pyckpt.Checkpoint(model=m).write(tmp_path / "c")
+    keys = {k for k, _ in pyckpt.list_variables(path)}
+    assert "model/_extra_state/value/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert "model/inner/_extra_state/value/table/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    fresh = _Counted()
+    pyckpt.Checkpoint(model=fresh).restore(path).assert_consumed().assert_existing_objects_matched()
+    assert (fresh.calls, fresh.inner.scale) == (7, 3.5) and type(fresh.calls) is int
+    assert torch.equal(fresh.inner.table, torch.ones(2))
+    other = _Counted()
+    pyckpt.copy_state(m, other)
+    assert (other.calls, other.inner.scale) == (7, 3.5)
+    ck = pyckpt.Checkpoint(model=m)
+    snap = ck.snapshot()
+    m.calls, m.inner.scale = 0, 0.0
+    ck.restore(snap)
+    assert (m.calls, m.inner.scale) == (7, 3.5)
+    plain = torch.nn.Linear(2, 2)  # no extra state: no such edge
+    assert not any("_extra_state" in k for k, _ in pyckpt.list_variables(
+        pyckpt.Checkpoint(model=plain).write(tmp_path / "p")))
