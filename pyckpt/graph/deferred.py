@@ -50,7 +50,11 @@ def apply(obj: Any, name: str, value: Any) -> None:
     entry = table.pop(name, None)
     if entry is not None:
         session, node = entry
-        session.restore_subtree(value, node, parent=obj, name=name)
+        try:
+            session.restore_subtree(value, node, parent=obj, name=name)
+        except BaseException:  # not restored (a shape mismatch...): still pending, for
+            table.setdefault(name, entry)  # a value that fits, assigned later
+            raise
 
 
 def pending(obj: Any) -> dict:

@@ -243,3 +243,31 @@ def test_restore_directory_resolves_latest(tmp_path):
     other = pyckpt.Checkpoint(v=pyckpt.Variable(0.0))
     other.restore(tmp_path).assert_consumed()
     assert float(other.v) == 5.0 and int(other.save_counter) == 2
+
+
+def test_every_way_of_growing_a_tracked_container_restores_what_is_pending(tmp_path):
+    """A growing slice assignment and ``dict |=`` went around restore-on-create."""
+    V = pyckpt.Variable
+    path = pyckpt.Checkpoint(l=[V(1.0), V(2.0), V(3.0)], d={"a": V(5.0)}).write(tmp_path / "c")
+    ck = pyckpt.Checkpoint(l=[], d={})
+    status = ck.restore(path)
+    ck.l[0:0] = [V(0.0), V(0.0)]
+    ck.d |= {"a": V(0.0)}
+    assert [float(v) for v in ck.l] == [1.0, 2.0] and float(ck.d["a"]) == 5.0
+    ck.l.insert(0, V(0.0))  # index 2 now holds an element: it takes what index 2 held
+    assert float(ck.l[2]) == 3.0
+    with pytest.raises(AssertionError, match=r"not matched:\s+l\.0$"):
+        status.assert_consumed()  # every stored value restored; the new l[0] holds none
+
+
+def test_a_deferred_restore_that_does_not_fit_stays_pending(tmp_path):
+    """A failed restore-on-create (wrong shape) dropped the pending value: a fitting
+    value assigned afterwards kept its own values without a word."""
+    path = pyckpt.Checkpoint(x=pyckpt.Variable(np.full(3, 4.0))).write(tmp_path / "c")
+    ck = pyckpt.Checkpoint()
+    status = ck.restore(path)
+    with pytest.raises(ValueError, match=r"shape \(3,\).*shape \(2,\)"):
+        ck.x = pyckpt.Variable(np.zeros(2))
+    ck.x = pyckpt.Variable(np.zeros(3))
+    np.testing.assert_array_equal(ck.x.numpy(), np.full(3, 4.0))
+    status.assert_consumed()
