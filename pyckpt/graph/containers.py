@@ -142,7 +142,7 @@ class TrackedDict(dict):
         for k, v in dict(*args, **kwargs).items():
             self[k] = v
 
-    def __ior__(self, other: Any) -> "TrackedDict":  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> "TrackedDict":  # type: ignore[misc]
         self.update(other)
         return self
 
