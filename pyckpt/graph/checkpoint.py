@@ -182,9 +182,15 @@ class Checkpoint(Trackable):
         return LoadStatus(session)
 
     def restore_plan(self, save_path: Any, *, storage_options: dict | None = None) -> Any:
-        """A dry run of ``restore``: what would match, what would not, what conflicts."""
+        """A dry run of ``restore``: what would match, what would not, what conflicts.
+        The save counter is planned as ``restore`` treats it (without creating it)."""
         source = self._source(save_path, storage_options)
-        return make_plan(source, self)
+        has_counter = SAVE_COUNTER_KEY in source.graph.value
+        counter = self.__dict__.get("_save_counter")
+        if counter is None:  # restore creates it and fills it from the checkpoint's
+            return make_plan(source, self, exclude_keys=(SAVE_COUNTER_KEY,) if has_counter
+                             else ())
+        return make_plan(source, self, exclude_objects=() if has_counter else (counter,))
 
     def snapshot(self, into: Snapshot | None = None, *, host: bool = False) -> Snapshot:
         """An in-memory copy of every tracked value, made in parallel.

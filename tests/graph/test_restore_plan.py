@@ -63,3 +63,20 @@ def test_suggested_prefix_map_can_be_applied(tmp_path):
 
     with pytest.raises(KeyError, match="no object"):
         target.restore(path, prefix_map={"model/": "nowhere/"})
+
+
+def test_plan_treats_the_save_counter_as_restore_does(tmp_path):
+    """The plan of a save() checkpoint into a Checkpoint without a counter reported
+    the counter pending, and of a write() checkpoint into one with a counter reported
+    it unmatched, while the restores themselves passed assert_consumed."""
+    V = pyckpt.Variable
+    saved = pyckpt.Checkpoint(x=V(1.0)).save(tmp_path / "ck")
+    written = pyckpt.Checkpoint(x=V(1.0)).write(tmp_path / "w")
+    for path, with_counter in ((saved, False), (saved, True), (written, True), (written, False)):
+        ck = pyckpt.Checkpoint(x=V(0.0))
+        if with_counter:
+            ck.save_counter.assign(3)
+        plan = ck.restore_plan(path)
+        assert plan.ok and not plan.pending and not plan.unmatched_objects, (path, with_counter)
+        assert ("_save_counter" in ck.__dict__) == with_counter  # a plan creates nothing
+        ck.restore(path).assert_consumed()
