@@ -33,13 +33,28 @@ def _table(obj: Any, create: bool) -> dict | None:
     return table
 
 
-def add(obj: Any, name: str, session: Any, node: int) -> bool:
-    """Registers a pending value subtree; False when obj cannot hold one."""
+def add(obj: Any, name: str, session: Any, node: int) -> tuple[Any, str, Any] | None:
+    """Registers a pending value subtree; returns what ``undo`` needs to take it back
+    (the entry it replaced included), or None when obj cannot hold one."""
     table = _table(obj, create=True)
     if table is None:
-        return False
+        return None
+    before = table.get(name)
     table[name] = (session, node)
-    return True
+    return obj, name, before
+
+
+def undo(added: list[tuple[Any, str, Any]]) -> None:
+    """Takes back entries ``add`` registered (newest first), putting back those they
+    replaced: a restore that failed leaves nothing pending of its own."""
+    for obj, name, before in reversed(added):
+        table = _table(obj, create=False)
+        if table is None:
+            continue
+        if before is None:
+            table.pop(name, None)
+        else:
+            table[name] = before
 
 
 def apply(obj: Any, name: str, value: Any) -> None:

@@ -14,7 +14,7 @@ loaded into its object (``load_state_dict``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -62,7 +62,8 @@ class RestoreSession:
         assign: list[tuple[int, Any, Target]] = []
         replace: list[tuple[int, PyValue]] = []
         memo: TargetMemo = {}  # value targets found by get_child, asked of adapters once
-        units_ran = False
+        units: list[tuple[Any, Any, int]] = []  # objects restored as a whole, run last
+        added: list[tuple[Any, str, Any]] = []  # pending entries, taken back on failure
         head = 0
         while head < len(queue):
             o, n = queue[head]
@@ -77,8 +78,7 @@ class RestoreSession:
                 continue
             unit = unit_restorer(o)
             if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
-                self._restore_unit(unit, o, n)
-                units_ran = True
+                units.append((unit, o, n))
                 continue
             target = remembered_target(o, memo)
             key = g.value[n]
@@ -94,12 +94,22 @@ class RestoreSession:
                 c = lookup(edge)
                 if c is MISSING:
                     if can_defer(o) and self._has_values_below(child):
-                        deferred.add(o, edge, self, child)
+                        entry = deferred.add(o, edge, self, child)
+                        if entry is not None:
+                            added.append(entry)
                 else:
                     queue.append((c, child))
-        # A unit's restore runs the object's own code (load_state_dict), which may give
-        # a tensor met earlier new storage: then every target is asked for again.
-        self._assign(assign, fresh=not units_ran)
+        try:
+            if units:  # every value checked before any object's own code runs
+                self._targets(assign, True, units)
+                for unit, o, n in units:
+                    self._restore_unit(unit, o, n)
+            # A unit's restore runs the object's own code (load_state_dict), which may
+            # give a tensor met earlier new storage: then every target is asked again.
+            self._assign(assign, fresh=not units, units=units)
+        except BaseException:
+            deferred.undo(added)
+            raise
         self._replace(replace)
 
     # -- stateful values (stateful.py) ---------------------------------------------------
@@ -219,12 +229,27 @@ class RestoreSession:
             self._with_values = marked
         return node in self._with_values
 
-    def _assign(self, assign: list[tuple[int, Any, Target]], fresh: bool) -> None:
+    def _assign(self, assign: list[tuple[int, Any, Target]], fresh: bool,
+                units: Sequence[tuple[Any, Any, int]] = ()) -> None:
         """Reads the values of matched value nodes ``(node, object, its target as the
         walk found it)`` into their objects in one batch; with ``fresh`` False, the
-        targets are asked of the objects again."""
+        targets are asked of the objects again. ``units``: see ``_targets``."""
         if not assign:
             return
+        keys, dsts, finish, swap = self._targets(assign, fresh, units)
+        self.source.read(keys, dsts)
+        finish_byte_order(swap)
+        for after in finish:
+            after()
+        self.consumed.update(n for n, _, _ in assign)
+
+    def _targets(self, assign: list[tuple[int, Any, Target]], fresh: bool,
+                 units: Sequence[tuple[Any, Any, int]] = ()
+                 ) -> tuple[list[str], list[Any], list[Callable[[], None]], list[np.ndarray]]:
+        """(keys, destinations, finishes, targets to byte-swap) of ``_assign``; one
+        ValueError listing every value that does not fit, after which the nodes of
+        ``assign`` and of ``units`` (objects restored as a whole) are no longer
+        matched: nothing was restored."""
         keys, dsts, problems, finish = [], [], [], []
         swap: list[np.ndarray] = []
         for n, obj, found in assign:
@@ -253,15 +278,11 @@ class RestoreSession:
             keys.append(key)
             dsts.append(dst)
         if problems:
-            for n, _, _ in assign:  # nothing was restored: forget these matches
-                self.matched.pop(n, None)
+            for n in [n for n, _, _ in assign] + [n for _, _, n in units]:
+                self.matched.pop(n, None)  # nothing was restored: forget these matches
             raise ValueError(f"cannot restore from {self.source.describe()}:\n  "
                              + "\n  ".join(problems))
-        self.source.read(keys, dsts)
-        finish_byte_order(swap)
-        for after in finish:
-            after()
-        self.consumed.update(n for n, _, _ in assign)
+        return keys, dsts, finish, swap
 
     # -- reports -----------------------------------------------------------------------
     def unmatched_checkpoint_keys(self) -> list[str]:

@@ -203,3 +203,28 @@ def test_module_extra_state_is_saved_and_restored(tmp_path):
     plain = torch.nn.Linear(2, 2)  # no extra state: no such edge
     assert not any("_extra_state" in k for k, _ in pyckpt.list_variables(
         pyckpt.Checkpoint(model=plain).write(tmp_path / "p")))
+
+
+def test_a_restore_that_does_not_fit_leaves_the_optimizer_untouched(tmp_path):
+    """The optimizer's load_state_dict ran before the module's values were checked:
+    the restore raised with the optimizer already holding the checkpoint's lr and
+    momentum buffers of the wrong shape (its next step failed)."""
+    m = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    m(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    path = pyckpt.Checkpoint(model=m, opt=opt).write(tmp_path / "c")
+    m2 = torch.nn.Linear(4, 2)
+    opt2 = torch.optim.SGD(m2.parameters(), lr=0.5, momentum=0.9)
+    ck = pyckpt.Checkpoint(model=m2, opt=opt2)
+    with pytest.raises(ValueError, match=r"model/weight.*shape \(2, 3\).*shape \(2, 4\)"):
+        ck.restore(path)
+    assert opt2.param_groups[0]["lr"] == 0.5 and not opt2.state
+    m2(torch.ones(1, 4)).sum().backward()
+    opt2.step()  # still usable
+    m3 = torch.nn.Linear(3, 2)
+    opt3 = torch.optim.SGD(m3.parameters(), lr=0.5, momentum=0.9)
+    pyckpt.Checkpoint(model=m3, opt=opt3).restore(path).assert_consumed()
+    assert opt3.param_groups[0]["lr"] == 0.1 and torch.equal(m3.weight, m.weight)
+    assert torch.equal(opt3.state[m3.weight]["momentum_buffer"],
+                       opt.state[m.weight]["momentum_buffer"])
