@@ -14,6 +14,7 @@ loaded into its object (``load_state_dict``).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -71,7 +72,10 @@ class RestoreSession:
             if n in self.matched or id(o) in self.exclude_objects:
                 continue
             self.matched[n] = o
-            self.node_of.setdefault(ident(o), n)
+            first = self.node_of.setdefault(ident(o), n)
+            if first != n and g.value[n] is not None and g.value[first] is not None:
+                self._shared(first, n)  # one object, two stored values: the first kept
+                continue
             if isinstance(o, PyValue):
                 if g.value[n] is not None or g.state[n] is not None:
                     replace.append((n, o))
@@ -111,6 +115,18 @@ class RestoreSession:
             deferred.undo(added)
             raise
         self._replace(replace)
+
+    def _shared(self, first: int, again: int) -> None:
+        """Warns that an object already restored from node ``first`` is reached again
+        under node ``again``, which holds another value: the checkpoint held two
+        objects where the program shares one (tied weights saved untied...). The
+        first path's value is kept; the other is not restored (``assert_consumed``
+        names it)."""
+        keys = self.graph.value
+        warnings.warn(f"restore from {self.source.describe()}: one object is reached under "
+                      f"{keys[first]!r} and {keys[again]!r}, two values of the checkpoint: "
+                      f"it keeps the first; {keys[again]!r} is not restored",
+                      RuntimeWarning, stacklevel=4)
 
     # -- stateful values (stateful.py) ---------------------------------------------------
     def _keys(self) -> dict[str, int]:
