@@ -135,6 +135,12 @@ def test_copy_state_gives_scalars_the_source_values_as_they_are(tmp_path):
     again.cfg = {"lr": 0, "big": 0}
     pyckpt.copy_state(pyckpt.Checkpoint(m=src).snapshot(), pyckpt.Checkpoint(m=again))
     assert dict(again.cfg) == {"lr": 3.7, "big": 2 ** 70}
+    src.cfg = {"big": 2 ** 70, "f": np.float32(1.5), "i": np.int16(4)}  # kinds of a snapshot
+    snap = pyckpt.Checkpoint(m=src).snapshot()
+    again.cfg = {"big": 0.0, "f": 0, "i": 0}
+    pyckpt.copy_state(snap, pyckpt.Checkpoint(m=again))
+    assert again.cfg["big"] == 2 ** 70 and type(again.cfg["big"]) is int
+    assert type(again.cfg["f"]) is np.float32 and type(again.cfg["i"]) is np.int16
 
 
 def test_into_keys_left_out_by_select_are_told_apart_from_absent_ones(saved):

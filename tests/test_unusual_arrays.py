@@ -22,6 +22,9 @@ def test_unwritable_tells_overlap_from_strided_views():
     assert "overlapping" in unwritable(_overlapping())
     rows = np.lib.stride_tricks.as_strided(a, (3, 4), (8, 8), writeable=True)  # rows overlap
     assert "possibly overlapping" in unwritable(rows)
+    for fine in (np.zeros((2, 3))[:, ::2], np.zeros((8, 10))[:, ::3], a[::2, ::3], a.T[::2],
+                 np.lib.stride_tricks.as_strided(np.zeros(16), (2, 2), (16, 24))):
+        assert unwritable(fine) is None, fine.strides  # strided views that do not overlap
 
 
 def test_overlapping_targets_are_refused_before_anything_is_filled(tmp_path):

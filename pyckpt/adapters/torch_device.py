@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..device.array import DeviceArray
+from ..device.copies import overlap
 from ..device.engine import CopyEngine, Ticket
 
 __all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype", "foreach_copy",
@@ -222,7 +223,7 @@ def copy_tensors(torch: Any, srcs: list, dsts: list,
         if not isinstance(s, T) or not isinstance(d, T) or s.dtype is not d.dtype \
                 or s.shape != d.shape or s.layout is not strided or d.layout is not strided \
                 or s.is_conj() or d.is_conj() or s.is_neg() or d.is_neg() or d.is_inference() \
-                or (not d.is_contiguous() and _shares_memory(d)):
+                or (not d.is_contiguous() and shares_memory(d)):
             return False
         if s.is_cuda:
             dev = s.get_device()
@@ -244,9 +245,11 @@ def copy_tensors(torch: Any, srcs: list, dsts: list,
     return True
 
 
-def _shares_memory(t: Any) -> bool:
-    """Whether elements of a tensor share memory (a stride of 0: ``expand``)."""
-    return any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape))
+def shares_memory(t: Any) -> bool:
+    """Whether elements of a (non-contiguous) tensor may share memory (``expand``,
+    ``as_strided``): ``device.copies.overlap`` of its layout."""
+    size = t.element_size()
+    return overlap(tuple(t.shape), tuple(st * size for st in t.stride()), size) is not None
 
 
 _ENGINES: dict[str, TorchCudaEngine] = {}

@@ -105,22 +105,21 @@ def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
 def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | DeviceArray | None:
     """The ``target`` hook: (array to fill, finish) for an in-place target tensor: CPU
     tensors through a view (finish None); CUDA tensors as a DeviceArray (filled on the
-    device); others through a host copy copied back in finish."""
+    device); others, and conjugate or negative views, through a host copy of their
+    values copied back in finish (torch writes through the view)."""
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
     t = _plain(obj)
     if t.layout is not torch.strided:
         raise _not_strided(t)
-    if t.is_conj() or t.is_neg():
-        raise TypeError("a conjugate or negative view of another tensor cannot be filled in "
-                        "place: resolve_conj() / resolve_neg() it (a new tensor), then fill that")
-    if t.is_cuda:
+    lazy = t.is_conj() or t.is_neg()  # a view whose values torch computes on reading
+    if t.is_cuda and not lazy:
         return device_array(torch, t)
-    if t.is_cpu:
+    if t.is_cpu and not lazy:
         view = _ml_view(torch, t)
         return (view if view is not None else t.numpy()), None
-    host = t.cpu()
+    host = t.cpu().resolve_conj().resolve_neg()  # its values, in memory of their own
     arr = _ml_view(torch, host)
     arr = arr if arr is not None else host.numpy()
 

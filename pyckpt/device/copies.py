@@ -20,7 +20,7 @@ from .._native import core as _core
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket
 
-__all__ = ["Value", "copy_values", "unwritable"]
+__all__ = ["Value", "copy_values", "unwritable", "overlap"]
 
 #: A value as the copy routines see it: a host array or an array in device memory.
 Value = Union[np.ndarray, DeviceArray]
@@ -28,24 +28,30 @@ Value = Union[np.ndarray, DeviceArray]
 
 def unwritable(arr: np.ndarray) -> str | None:
     """Why a host array cannot be filled in place, or None: read-only, or elements
-    that share memory (a stride of 0, as ``broadcast_to`` / torch's ``expand``
-    make: each would take the last value written). Layouts this cannot prove free
-    of overlap (an exotic ``as_strided``) are refused too."""
+    that share memory (``overlap``)."""
     flags = arr.flags
     if not flags.writeable:
         return "read-only"
     if flags.c_contiguous or flags.f_contiguous or arr.size == 0:
         return None
-    dims = sorted((abs(st), n) for st, n in zip(arr.strides, arr.shape) if n > 1)
-    reach = arr.itemsize  # the bytes one step of the next dimension must clear
-    for stride, n in dims:
+    return overlap(arr.shape, arr.strides, arr.itemsize)
+
+
+def overlap(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> str | None:
+    """Why elements of a layout (strides in bytes) may share memory, or None: a stride
+    of 0 (as ``broadcast_to`` / torch's ``expand`` make: each element would take the
+    last value written), or strides this cannot prove free of overlap (an exotic
+    ``as_strided``). Each dimension, smallest stride first, must step past all the
+    bytes the smaller ones span."""
+    extent = itemsize
+    for stride, n in sorted((abs(st), n) for st, n in zip(strides, shape) if n > 1):
         if stride == 0:
             return ("overlapping: its elements share memory (a stride of 0, as expand() "
                     "or broadcast_to() make); fill a contiguous copy, then copy it over")
-        if stride < reach:
-            return (f"possibly overlapping (strides {arr.strides} for shape {arr.shape}); "
-                    "fill a contiguous copy, then copy it over")
-        reach = stride * n
+        if stride < extent:
+            return (f"possibly overlapping (strides {tuple(strides)} for shape "
+                    f"{tuple(shape)}); fill a contiguous copy, then copy it over")
+        extent += stride * (n - 1)
     return None
 
 

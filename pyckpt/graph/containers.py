@@ -33,14 +33,6 @@ class TrackedList(list):
     def _added(self, index: int) -> None:
         deferred.apply(self, str(index), list.__getitem__(self, index))
 
-    def _moved_from(self, start: int) -> None:
-        """Restores what is pending under the indices from ``start`` on: elements that
-        landed there (a slice assignment, an insert) or moved there (a deletion, a
-        sort), as an element assigned there would."""
-        if deferred.pending(self):
-            for i in range(max(start, 0), len(self)):
-                self._added(i)
-
     def append(self, value: Any) -> None:
         """Appends ``value`` (a list or dict as a tracked copy) and restores what is pending
         under its index."""
@@ -59,7 +51,7 @@ class TrackedList(list):
         n = len(self)
         k = operator.index(index)
         i = k if k >= 0 else max(0, n - 1 + k)
-        self._moved_from(min(i, n - 1))  # the new element and those it moved
+        self._added(min(i, n - 1))
 
     # list.__iadd__ takes any iterable while list.__add__ takes only lists; typeshed's
     # builtins.pyi silences the same [misc] check on list.__iadd__ itself
@@ -69,51 +61,16 @@ class TrackedList(list):
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(index, slice):
-            old = index.indices(len(self))
-            super().__setitem__(index, [wrap(v) for v in value])
-            if old[2] == 1:  # the slice may grow or shrink: what follows moved
-                self._moved_from(old[0])
-            else:  # an extended slice keeps the length
-                for i in range(*old):
-                    self._added(i)
+            new = [wrap(v) for v in value]
+            start, stop, step = index.indices(len(self))
+            super().__setitem__(index, new)
+            # the new elements' indices: a slice of step 1 may grow or shrink the list
+            landed = range(start, start + len(new)) if step == 1 else range(start, stop, step)
+            for i in landed:
+                self._added(i)
             return
         super().__setitem__(index, wrap(value))
         self._added(index if index >= 0 else len(self) + index)
-
-    def __delitem__(self, index: Any) -> None:
-        start = index.indices(len(self))[0] if isinstance(index, slice) else \
-            min(operator.index(index) % max(len(self), 1), len(self))
-        super().__delitem__(index)
-        self._moved_from(0 if isinstance(index, slice) and index.step not in (None, 1)
-                         else start)
-
-    def pop(self, index: SupportsIndex = -1) -> Any:
-        """Removes and returns an element; those after it move down one index."""
-        k = operator.index(index)
-        value = super().pop(k)
-        self._moved_from(k if k >= 0 else len(self) + 1 + k)
-        return value
-
-    def remove(self, value: Any) -> None:
-        """Removes the first element equal to ``value``; those after it move down."""
-        super().remove(value)
-        self._moved_from(0)
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        """Sorts in place; elements that moved restore what is pending at their index."""
-        super().sort(*args, **kwargs)
-        self._moved_from(0)
-
-    def reverse(self) -> None:
-        """Reverses in place, as ``sort`` does."""
-        super().reverse()
-        self._moved_from(0)
-
-    def __imul__(self, n: SupportsIndex) -> "TrackedList":
-        start = len(self)
-        super().__imul__(n)
-        self._moved_from(start)
-        return self
 
     def copy(self) -> list:
         """A plain (untracked) shallow copy, as a list."""

@@ -15,7 +15,7 @@ loaded into its object (``load_state_dict``).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -65,6 +65,8 @@ class RestoreSession:
         memo: TargetMemo = {}  # value targets found by get_child, asked of adapters once
         units: list[tuple[Any, Any, int]] = []  # objects restored as a whole, run last
         added: list[tuple[Any, str, Any]] = []  # pending entries, taken back on failure
+        walked: list[int] = []  # nodes matched here, and the objects they were matched to,
+        idents: list[Any] = []  # forgotten on failure: a later, fitting value is restored
         head = 0
         while head < len(queue):
             o, n = queue[head]
@@ -72,8 +74,11 @@ class RestoreSession:
             if n in self.matched or id(o) in self.exclude_objects:
                 continue
             self.matched[n] = o
+            walked.append(n)
             first = self.node_of.setdefault(ident(o), n)
-            if first != n and g.value[n] is not None and g.value[first] is not None:
+            if first == n:
+                idents.append(ident(o))
+            elif g.value[n] is not None and g.value[first] is not None:
                 self._shared(first, n)  # one object, two stored values: the first kept
                 continue
             if isinstance(o, PyValue):
@@ -105,14 +110,18 @@ class RestoreSession:
                     queue.append((c, child))
         try:
             if units:  # every value checked before any object's own code runs
-                self._targets(assign, True, units)
+                self._targets(assign, True)
                 for unit, o, n in units:
                     self._restore_unit(unit, o, n)
             # A unit's restore runs the object's own code (load_state_dict), which may
             # give a tensor met earlier new storage: then every target is asked again.
-            self._assign(assign, fresh=not units, units=units)
+            self._assign(assign, fresh=not units)
         except BaseException:
             deferred.undo(added)
+            for n in walked:
+                self.matched.pop(n, None)
+            for i in idents:
+                self.node_of.pop(i, None)
             raise
         self._replace(replace)
 
@@ -245,27 +254,24 @@ class RestoreSession:
             self._with_values = marked
         return node in self._with_values
 
-    def _assign(self, assign: list[tuple[int, Any, Target]], fresh: bool,
-                units: Sequence[tuple[Any, Any, int]] = ()) -> None:
+    def _assign(self, assign: list[tuple[int, Any, Target]], fresh: bool) -> None:
         """Reads the values of matched value nodes ``(node, object, its target as the
         walk found it)`` into their objects in one batch; with ``fresh`` False, the
-        targets are asked of the objects again. ``units``: see ``_targets``."""
+        targets are asked of the objects again."""
         if not assign:
             return
-        keys, dsts, finish, swap = self._targets(assign, fresh, units)
+        keys, dsts, finish, swap = self._targets(assign, fresh)
         self.source.read(keys, dsts)
         finish_byte_order(swap)
         for after in finish:
             after()
         self.consumed.update(n for n, _, _ in assign)
 
-    def _targets(self, assign: list[tuple[int, Any, Target]], fresh: bool,
-                 units: Sequence[tuple[Any, Any, int]] = ()
+    def _targets(self, assign: list[tuple[int, Any, Target]], fresh: bool
                  ) -> tuple[list[str], list[Any], list[Callable[[], None]], list[np.ndarray]]:
-        """(keys, destinations, finishes, targets to byte-swap) of ``_assign``; one
-        ValueError listing every value that does not fit, after which the nodes of
-        ``assign`` and of ``units`` (objects restored as a whole) are no longer
-        matched: nothing was restored."""
+        """(keys, destinations, finishes, targets to byte-swap) of ``_assign``, or one
+        ValueError listing every value that does not fit (nothing was restored:
+        ``restore_subtree`` then forgets the matches of its walk)."""
         keys, dsts, problems, finish = [], [], [], []
         swap: list[np.ndarray] = []
         for n, obj, found in assign:
@@ -293,9 +299,7 @@ class RestoreSession:
                 dst = view
             keys.append(key)
             dsts.append(dst)
-        if problems:
-            for n in [n for n, _, _ in assign] + [n for _, _, n in units]:
-                self.matched.pop(n, None)  # nothing was restored: forget these matches
+        if problems:  # nothing was restored (restore_subtree forgets these matches)
             raise ValueError(f"cannot restore from {self.source.describe()}:\n  "
                              + "\n  ".join(problems))
         return keys, dsts, finish, swap

@@ -180,7 +180,9 @@ def _sources(x: Any) -> tuple[dict[str, Value], dict[str, Any], dict[str, str]]:
     """(key -> value, key prefix of a stateful object -> its stored state tree, key ->
     leaf kind of the Python and numpy scalars among the values where it is known)."""
     if isinstance(x, Snapshot):
-        return dict(x.arrays), _states(x.graph), {}
+        kinds = {k: kind for tree in x.graph.state if tree is not None
+                 for k, kind in skeleton_leaves(tree).items() if not is_array_kind(kind)}
+        return dict(x.arrays), _states(x.graph), kinds
     if _is_graph(x):
         live = traverse(x)
         keys = live.value_keys()

@@ -128,9 +128,10 @@ def test_restore_status_of_a_module_checkpoint(tmp_path):
 
 
 def test_unusual_tensors_are_stored_or_refused_naming_the_key(tmp_path):
-    """A negative view is stored as its values; sparse tensors, and conjugate or
-    negative views as targets, are refused with the key (torch's own errors had none);
-    an expanded target (elements sharing memory) is refused before anything is filled."""
+    """A negative view is stored as its values and conjugate or negative views are
+    filled through a host copy (torch's own errors, without the key, before); sparse
+    tensors are refused with the key; an expanded target (elements sharing memory) is
+    refused before anything is filled."""
     c = torch.tensor([1 + 2j, 3 - 1j])
     neg = c.conj().imag  # a view with the negative bit set
     assert neg.is_neg()
@@ -140,8 +141,23 @@ def test_unusual_tensors_are_stored_or_refused_naming_the_key(tmp_path):
         pyckpt.save({"model": {"w": torch.eye(2).to_sparse()}}, tmp_path / "s")
     pyckpt.save({"c": c, "x": torch.arange(12.0).reshape(3, 4), "y": torch.ones(2)},
                 tmp_path / "c")
-    with pytest.raises(TypeError, match="'c': a conjugate or negative view"):
-        pyckpt.load(tmp_path / "c", into={"c": torch.zeros(2, dtype=torch.complex64).conj()})
+    base = torch.zeros(2, dtype=torch.complex64)
+    pyckpt.load(tmp_path / "c", into={"c": base.conj()})  # filled through the view
+    assert torch.equal(base.conj(), c)
+    net = pyckpt.Module()  # such views as graph values: saved and restored as values
+    net.t, net.n = c.conj(), c.conj().imag
+    pyckpt.Checkpoint(net=net).write(tmp_path / "g")
+    into_c, into_n = torch.zeros(2, dtype=torch.complex64), torch.zeros(2, dtype=torch.complex64)
+    other = pyckpt.Module()
+    other.t, other.n = into_c.conj(), into_n.conj().imag
+    pyckpt.Checkpoint(net=other).restore(tmp_path / "g").assert_consumed()
+    assert torch.equal(other.t, c.conj()) and torch.equal(other.n, c.conj().imag)
+    strided = torch.zeros(4).as_strided((3, 2), (1, 1))  # rows overlap: not the fast path
+    with pytest.raises(ValueError, match="'x': destination array is possibly overlapping"):
+        pyckpt.copy_state({"x": torch.ones(3, 2)}, {"x": strided})
+    every_other = torch.zeros(3, 8)[:, ::2]  # strided, not overlapping: filled
+    pyckpt.copy_state({"x": torch.ones(3, 4)}, {"x": every_other})
+    assert torch.equal(every_other, torch.ones(3, 4))
     into = {"x": torch.zeros(4).expand(3, 4), "y": torch.zeros(2)}
     with pytest.raises(ValueError, match="'x': target array is overlapping"):
         pyckpt.load(tmp_path / "c", into=into)

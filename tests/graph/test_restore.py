@@ -274,14 +274,30 @@ def test_an_object_reached_under_two_stored_values_keeps_the_first_and_warns(tmp
     assert float(shared) == 1.0
     with pytest.raises(AssertionError, match="b/v/.ATTRIBUTES/VARIABLE_VALUE"):
         status.assert_consumed()
-    # an element restored once, moved to an index whose value is pending, is such an object
+    # an element restored once, put again where a value is pending, is such an object
     path = pyckpt.Checkpoint(l=[V(1.0), V(2.0)]).write(tmp_path / "l")
     ck = pyckpt.Checkpoint(l=[])
     ck.restore(path)
     ck.l.append(V(0.0))
     with pytest.warns(RuntimeWarning, match="'l/0/.* and 'l/1/"):
-        ck.l.insert(0, V(0.0))
+        ck.l.append(ck.l[0])
     assert float(ck.l[1]) == 1.0
+
+
+def test_moving_restored_elements_leaves_pending_values_pending(tmp_path):
+    """Elements that an insert moved onto an index whose value was pending took that
+    value (or, once restored, consumed it with a warning): only new elements take one."""
+    V = pyckpt.Variable
+    path = pyckpt.Checkpoint(l=[V(1.0), V(2.0), V(3.0)]).write(tmp_path / "c")
+    ck = pyckpt.Checkpoint(l=[])
+    status = ck.restore(path)
+    ck.l.append(V(0.0))
+    ck.l.insert(0, V(0.0))  # the restored element moves to index 1, still pending
+    ck.l.sort(key=float)
+    assert sorted(float(v) for v in ck.l) == [0.0, 1.0]
+    ck.l[1:] = [V(0.0), V(0.0)]  # new elements at indices 1 and 2 take their values
+    assert [float(v) for v in ck.l[1:]] == [2.0, 3.0]
+    assert status.unmatched_checkpoint_keys() == []  # every stored value restored once
 
 
 def test_a_deferred_restore_that_does_not_fit_stays_pending(tmp_path):
@@ -294,4 +310,12 @@ def test_a_deferred_restore_that_does_not_fit_stays_pending(tmp_path):
         ck.x = pyckpt.Variable(np.zeros(2))
     ck.x = pyckpt.Variable(np.zeros(3))
     np.testing.assert_array_equal(ck.x.numpy(), np.full(3, 4.0))
+    status.assert_consumed()
+    path = pyckpt.Checkpoint(sub={"w": pyckpt.Variable(np.full(3, 4.0))}).write(tmp_path / "d")
+    ck = pyckpt.Checkpoint()
+    status = ck.restore(path)
+    with pytest.raises(ValueError, match=r"sub/w"):
+        ck.sub = {"w": np.zeros(2)}  # a subtree: its container node was kept as matched
+    ck.sub = {"w": np.zeros(3)}
+    np.testing.assert_array_equal(ck.sub["w"], np.full(3, 4.0))
     status.assert_consumed()
