@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -50,6 +51,29 @@ class Item:
         self.obj = array if obj is None else obj
 
 
+#: the newest background save of this process to each place (its URL and the worker's
+#: rank: workers may be threads of one process): a later save to the same place
+#: commits after it, so the last call wins (weak: a finished save the caller dropped is
+#: forgotten)
+_NEWEST: "weakref.WeakValueDictionary[str, PendingSave]" = weakref.WeakValueDictionary()
+_NEWEST_LOCK = threading.Lock()
+
+
+def _place(store: Store, path: str, comm: Communicator | None) -> str:
+    """What orders this worker's saves to one place: its URL and the worker's rank."""
+    return f"{store.url(path)}#{comm.rank if comm is not None else 0}"
+
+
+def _earlier_save(url: str, handle: "PendingSave | None" = None) -> "PendingSave | None":
+    """The background save to ``url`` still running in this process, if any; with
+    ``handle``, records it as the newest in the same step."""
+    with _NEWEST_LOCK:
+        earlier = _NEWEST.get(url)
+        if handle is not None:
+            _NEWEST[url] = handle
+    return None if earlier is None or earlier.done() else earlier
+
+
 def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
           comm: Communicator | None = None,
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
@@ -67,6 +91,9 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     comm, multi = _mode(items, comm)
     _check_incremental(incremental, node_local)
     check_budget(max_pinned_bytes)
+    earlier = _earlier_save(_place(store, p, comm))
+    if earlier is not None:  # called later: its commit must come last
+        earlier.join()
     with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
         if has_device_values([it.array for it in items]):
             _write_from_device(items, store, p, multi, lambda host: write(
@@ -360,11 +387,32 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
             work, cleanup = stage(store, p, keys, live, staging, graph=graph,
                                   tree=tree, metadata=metadata, base=base,
                                   incremental=incremental, ring=buffers.ring_items), None
-        return PendingSave(shown, work, then=then, release=release, cleanup=cleanup)
+        return _ordered(_place(store, p, comm), shown, work, then=then, release=release,
+                        cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
         if release is not None:
             release()
         raise
+
+
+def _ordered(url: str, shown: str, work: Callable[[], Any], **kwargs: Any) -> PendingSave:
+    """The PendingSave running ``work`` once the background save to the same place
+    that was started before it (if still running) has finished: saves to one place
+    commit in the order of their calls."""
+    gate = threading.Event()
+    earlier: list[PendingSave | None] = []
+
+    def in_order() -> Any:
+        gate.wait()
+        if earlier[0] is not None:
+            earlier[0].join()
+        earlier.clear()  # hold no finished save
+        return work()
+
+    handle = PendingSave(shown, in_order, **kwargs)
+    earlier.append(_earlier_save(url, handle))
+    gate.set()
+    return handle
 
 
 def _mode(items: Sequence[Item], comm: Communicator | None) -> tuple[Communicator | None, bool]:
