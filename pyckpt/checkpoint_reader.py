@@ -9,6 +9,7 @@ import numpy as np
 
 from .engine import run
 from .format.source import CheckpointSource
+from .format.values import text_values
 from .sources import open_source
 from .storage import resolve
 
@@ -44,6 +45,12 @@ class CheckpointReader:
     def object_graph(self) -> dict | None:
         """The stored object graph of an object-based checkpoint (docs/FORMAT.md)."""
         return self._src.graph
+
+    def text_values(self) -> dict[str, Any]:
+        """``{path: value}`` of the str, None and bytes values the checkpoint keeps
+        outside its tensors (in its tree or object graph; ``load`` returns them in
+        place), by their ``/``-joined paths."""
+        return text_values(self._src.tree, self._src.graph)
 
     def keys(self) -> list[str]:
         """Every key, sorted."""

@@ -37,6 +37,18 @@ def test_verify_exit_status(ckpt_dir, flip, shard_files):
     assert bad.returncode == 1 and "checksum mismatch" in bad.stderr
     missing = _cli("verify", os.path.join(ckpt_dir, "nope"))
     assert missing.returncode == 1
+    assert "every checksum matches" in ok.stdout
+
+
+def test_verify_of_a_safetensors_file_does_not_claim_checksums(tmp_path):
+    """It printed "every checksum matches" for a format that stores none (a changed
+    byte passed)."""
+    pyckpt.save({"x": np.arange(10.0)}, tmp_path / "c")
+    assert _cli("cp", str(tmp_path / "c"), str(tmp_path / "x.safetensors")).returncode == 0
+    r = _cli("verify", str(tmp_path / "x.safetensors"))
+    assert r.returncode == 0 and "checksum matches" not in r.stdout
+    assert "safetensors stores no checksums" in r.stdout
+    assert '"checksums": false' in _cli("verify", str(tmp_path / "x.safetensors"), "--json").stdout
 
 
 def _state(rng_seed=0):
@@ -82,6 +94,25 @@ def test_diff_reports_changes_and_exit_status(tmp_path):
     r = _cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
     assert r.returncode == 1
     assert "+ new" in r.stdout and "- b" in r.stdout and "~ w: max |a-b| = 0.5 in 1 element(s)" in r.stdout
+
+
+def test_diff_compares_text_values_and_counts_exactly(tmp_path):
+    """str, bytes and None values were not compared ("identical", exit 0); NaN against
+    NaN was counted as a difference, int64 differences were rounded through float64."""
+    pyckpt.save({"w": np.ones(3), "note": "warm-up", "tag": b"abc", "opt": None,
+                 "nan": np.array([np.nan, 1.0]), "i": np.array([2 ** 62])}, tmp_path / "a")
+    pyckpt.save({"w": np.ones(3), "note": "DIFFERENT", "tag": b"abc", "opt": "set",
+                 "nan": np.array([np.nan, 2.0]), "i": np.array([2 ** 62 + 1]), "more": None},
+                tmp_path / "b")
+    r = _cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.returncode == 1, r.stdout
+    assert "~ note: 'warm-up' -> 'DIFFERENT'" in r.stdout and "~ opt: None -> 'set'" in r.stdout
+    assert "+ more" in r.stdout and "~ tag" not in r.stdout
+    assert "~ nan: max |a-b| = 1 in 1 element(s)" in r.stdout
+    assert "~ i: max |a-b| = 1 in 1 element(s)" in r.stdout
+    assert "2 equal, 4 changed, 1 added, 0 removed" in r.stdout
+    assert pyckpt.load_checkpoint(tmp_path / "a").text_values() == {
+        "note": "warm-up", "tag": b"abc", "opt": None}
 
 
 def test_cp_verifies_and_converts(tmp_path, flip, shard_files):

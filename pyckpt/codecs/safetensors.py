@@ -57,6 +57,7 @@ class FlatTensors(KeyedSource):
     """Tensors under their own names with string metadata (safetensors files and
     folders): a flat tree, whole-tensor reads copied into the targets."""
 
+    checksums = False  # safetensors stores none
     _metadata: dict
 
     @property

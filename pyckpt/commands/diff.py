@@ -27,11 +27,36 @@ def compare(a: np.ndarray, b: np.ndarray) -> dict:
     out: dict = {"status": "changed"}
     numeric = a.dtype.kind in "biufc" or a.dtype.name.startswith(("bfloat", "float8"))
     if numeric and a.size:
-        kind = np.complex128 if a.dtype.kind == "c" else np.float64
-        d = np.abs(a.astype(kind) - b.astype(kind))
-        out["max_abs_diff"] = float(np.nanmax(d)) if not np.isnan(d).all() else float("nan")
-        out["elements_differing"] = int((a != b).sum())
+        if a.dtype.kind in "iu":  # exactly: in the unsigned type of the same width
+            u = np.dtype(f"u{a.dtype.itemsize}")
+            out["max_abs_diff"] = int((np.maximum(a, b).astype(u)
+                                       - np.minimum(a, b).astype(u)).max())
+        else:
+            kind = np.complex128 if a.dtype.kind == "c" else np.float64
+            d = np.abs(a.astype(kind) - b.astype(kind))
+            out["max_abs_diff"] = float(np.nanmax(d)) if not np.isnan(d).all() else float("nan")
+        # elements whose bytes differ (NaN against the same NaN is equal, 0.0 and -0.0 not)
+        size = a.dtype.itemsize
+        ra = np.ascontiguousarray(a).view(np.uint8).reshape(a.size, size)
+        rb = np.ascontiguousarray(b).view(np.uint8).reshape(b.size, size)
+        out["elements_differing"] = int((ra != rb).any(axis=1).sum())
     return out
+
+
+def _compare_texts(ra: Any, rb: Any, report: dict) -> None:
+    """Adds the text, None and bytes values both checkpoints keep outside their
+    tensors (``CheckpointReader.text_values``) to ``report``, as keys are: added,
+    removed, changed (with both values) or equal."""
+    ta, tb = ra.text_values(), rb.text_values()
+    report["added"] += sorted(set(tb) - set(ta), key=natural_key)
+    report["removed"] += sorted(set(ta) - set(tb), key=natural_key)
+    for key in sorted(set(ta) & set(tb), key=natural_key):
+        a, b = ta[key], tb[key]
+        if type(a) is type(b) and a == b:
+            report["equal"] += 1
+        else:
+            report["changed"][key] = {"status": "changed", "a_value": repr(a)[:200],
+                                      "b_value": repr(b)[:200]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
                     report["changed"][key] = result
     finally:
         close()
+    _compare_texts(ra, rb, report)
     same = not (report["added"] or report["removed"] or report["changed"])
     if args.json:
         emit_json({**report, "identical": same})
@@ -73,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for k, r in report["changed"].items():
         detail = (f"max |a-b| = {r['max_abs_diff']:.6g} in {r['elements_differing']} element(s)"
                   if "max_abs_diff" in r else f"{r.get('a')} -> {r.get('b')}" if "a" in r
+                  else f"{r['a_value']} -> {r['b_value']}" if "a_value" in r
                   else "bytes differ")
         print(f"~ {k}: {detail}")
     print(f"{report['equal']} equal, {len(report['changed'])} changed, {len(report['added'])} "

@@ -38,12 +38,15 @@ def run(args: argparse.Namespace) -> int:
         return report_error(args, e, "FAILED: ")
     if args.json:
         out = {"path": reader.path, "ok": True, "tensors": len(reader.keys()),
-               "bytes": reader.nbytes()}
+               "bytes": reader.nbytes(), "checksums": reader.source.checksums}
         if args.fix:
             out["removed"] = removed
         emit_json(out)
     else:
-        print(f"OK: {reader.path}: {len(reader.keys())} tensors, every checksum matches")
+        print(f"OK: {reader.path}: {len(reader.keys())} tensors, "
+              + ("every checksum matches" if reader.source.checksums else
+                 f"every tensor read within its bounds ({reader.source.format} stores no "
+                 "checksums: changed bytes cannot be detected)"))
         if args.fix:
             print(f"removed {len(removed)} orphaned file(s)" + "".join(f"\n  {n}" for n in removed))
     return 0

@@ -36,6 +36,9 @@ class CheckpointSource(abc.ABC):
 
     #: short format name shown to users ("pyckpt", "safetensors")
     format: str = ""
+    #: whether the format stores checksums that ``verify`` checks (safetensors does
+    #: not: its ``verify`` checks sizes and bounds only)
+    checksums: bool = True
 
     @property
     @abc.abstractmethod
