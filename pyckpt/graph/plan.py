@@ -113,6 +113,7 @@ class _DryRun:
         self.pending_nodes: list[int] = []
         self.matched_live: set[Any] = set()
         self.consumed: set[int] = set()
+        self._node_of: dict[Any, int] = {}  # the first node each object was matched to
         self._walk(root)
 
     def _walk(self, root: Any) -> None:
@@ -124,6 +125,9 @@ class _DryRun:
             if n in self.matched:
                 continue
             self.matched[n] = o
+            first = self._node_of.setdefault(ident(o), n)
+            if first != n and self.g.value[n] is not None and self.g.value[first] is not None:
+                continue  # one object, two stored values: restore keeps the first only
             if isinstance(o, PyValue) or unit_restorer(o) is not None:
                 self._whole(o, n)  # restored by replacement / as a whole: not descended into
                 continue

@@ -274,6 +274,9 @@ def test_an_object_reached_under_two_stored_values_keeps_the_first_and_warns(tmp
     assert float(shared) == 1.0
     with pytest.raises(AssertionError, match="b/v/.ATTRIBUTES/VARIABLE_VALUE"):
         status.assert_consumed()
+    plan = pyckpt.Checkpoint(a=a2, b=b2).restore_plan(path)  # the plan says the same
+    assert not plan.ok and plan.unmatched_checkpoint_keys == ["b/v/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert [k for k, _ in plan.restore] == ["a/v/.ATTRIBUTES/VARIABLE_VALUE"]
     # an element restored once, put again where a value is pending, is such an object
     path = pyckpt.Checkpoint(l=[V(1.0), V(2.0)]).write(tmp_path / "l")
     ck = pyckpt.Checkpoint(l=[])
