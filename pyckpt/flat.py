@@ -101,7 +101,7 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
     # values the tree keeps itself (str, bytes, None, empty containers): selected and
     # renamed as keys are, without bytes to read
     statics = static_values(src.tree, empty=True) if into is None and src.tree is not None \
-        else {}
+        and (select is not None or key_map is not None) else {}  # else: the skeleton has them
     if select is not None:
         chosen = set(select_keys(keys + [k for k in statics if k not in src.index], select))
         keys = [k for k in keys if k in chosen]
