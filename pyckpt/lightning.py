@@ -404,12 +404,13 @@ class CheckpointIO(_Base):
         one ``torch.save`` wrote: the file). A path that does not exist is no error."""
         store, p = resolve(path, self.storage_options)
         self._settle(store.url(p))
+        parent = p.rstrip("/").rpartition("/")[0]
         if store.is_link(p) or (store.exists(p) and not store.isdir(p)):
-            store.delete([p])
+            store.remove(parent, [p])
         elif store.exists(p):
-            store.delete([store.join(p, INDEX_NAME)])  # uncommitted from here on
+            store.remove(p, [store.join(p, INDEX_NAME)])  # uncommitted from here on
             store.sync_dir(p)
-            store.rmtree(p)
+            store.remove_tree(parent, p)
 
     def wait(self) -> None:
         """Waits for every background save (``blocking=False``) and raises the first

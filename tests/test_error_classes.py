@@ -184,19 +184,18 @@ def test_failed_rename_at_commit(tmp_path, monkeypatch):
 
 
 def test_unreadable_index(tmp_path, monkeypatch):
-    """EACCES injected in ``open`` (io.open) of the index: every reader entry point."""
+    """EACCES injected in ``os.open`` of the index (the local store opens every file
+    it reads with it, never through a link): every reader entry point."""
     ckpt = tmp_path / "ckpt"
     pyckpt.save({"x": np.arange(5)}, ckpt)
-    import builtins
-
-    real_open = builtins.open
+    real_open = os.open
 
     def fake_open(file, *args, **kwargs):
         if str(file).endswith("pyckpt.index"):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(os, "open", fake_open)
     for call in (lambda: pyckpt.load(ckpt), lambda: pyckpt.list_variables(ckpt),
                  lambda: pyckpt.load_checkpoint(ckpt)):
         with pytest.raises(CheckpointIOError) as info:

@@ -77,7 +77,7 @@ def end(store: Store, path: str, attempt: str) -> None:
     with _ACTIVE_LOCK:
         _ACTIVE.discard(attempt)
     try:
-        store.delete([store.join(path, marker_name(attempt))])
+        store.remove(path, [store.join(path, marker_name(attempt))])
     except OSError:
         pass
 
@@ -98,6 +98,27 @@ def _live(store: Store, path: str, name: str, now: float) -> bool:
                 return name[len(MARKER_PREFIX):-len(MARKER_SUFFIX)] in _ACTIVE
         return pid_alive(pid)
     return isinstance(started, (int, float)) and now - started < FOREIGN_ATTEMPT_SECONDS
+
+
+def _dead_temps(store: Store, path: str, names: list[str], now: float) -> list[str]:
+    """The temporary files of atomic writes (an index, a data file, a part record)
+    whose writer cannot finish them any more: its process is gone from this host
+    (a kill during a commit), or, written on another host, the file is older than
+    FOREIGN_ATTEMPT_SECONDS. This process's own are never touched."""
+    out = []
+    for n in names:
+        writer = store.temp_writer(n)
+        if writer is None:
+            continue
+        here, pid = writer
+        if here:
+            if pid != os.getpid() and not pid_alive(pid):
+                out.append(n)
+        else:
+            t = store.mtime(store.join(path, n))
+            if t is not None and now - t > FOREIGN_ATTEMPT_SECONDS:
+                out.append(n)
+    return out
 
 
 def is_live(store: Store, path: str, attempt: str) -> bool:
@@ -127,6 +148,7 @@ def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> li
         else:
             dead_markers.append(m)
     candidates = [n for n in data if naming.attempt_of(n) not in live]
+    candidates += _dead_temps(store, path, names, now)
     open_uploads = [n for n in store.unfinished(path)  # [] but on S3: one listing
                     if naming.is_data_file(n) and naming.attempt_of(n) not in live]
     if not candidates and not dead_markers and not open_uploads:
@@ -138,6 +160,6 @@ def sweep(store: Store, path: str, clock: Callable[[], float] = time.time) -> li
         return []
     referenced = {f.name for f in committed.files if f.at is None}  # its own files
     doomed = [n for n in candidates if n not in referenced] + dead_markers
-    store.delete(store.join(path, n) for n in doomed)
+    store.remove(path, (store.join(path, n) for n in doomed))
     aborted = store.abort_uploads(path, open_uploads) if open_uploads else []
     return doomed + [n for n in open_uploads if n in aborted and n not in doomed]

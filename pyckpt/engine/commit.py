@@ -81,7 +81,7 @@ def discard(store: Store, path: str, files: list[FileEntry]) -> None:
     (nothing of it can be committed), best effort: files whose failed upload already
     cleaned up after itself cost no request (``Store.delete``)."""
     try:
-        store.delete(store.join(path, f.name) for f in files)
+        store.remove(path, (store.join(path, f.name) for f in files))
     except OSError:
         pass
 
@@ -109,8 +109,8 @@ def _delete_replaced(c: Commit, previous: Manifest | None) -> None:
         return
     keep = {f.name for f in c.manifest.files if f.at is None}
     try:  # its own files only: references name other checkpoints' files
-        c.store.delete(c.store.join(c.path, f.name) for f in previous.files
-                       if f.at is None and f.name not in keep)
+        c.store.remove(c.path, (c.store.join(c.path, f.name) for f in previous.files
+                                 if f.at is None and f.name not in keep))
     except OSError as e:
         warnings.warn(f"could not delete old data files under {c.store.url(c.path)}: {e}")
 

@@ -70,27 +70,32 @@ def uncommit(store: Store, directory: str, names: Iterable[str]) -> None:
         if not store.is_link(path):
             indexes.append(store.join(path, INDEX_NAME))
     if indexes:
-        store.delete(indexes)
+        store.remove(directory, indexes)
         store.sync_dir(directory)
 
 
 def retire(store: Store, directory: str, name: str, held: Held) -> bool:
     """Un-commits checkpoint ``name`` of ``directory`` (index first) and deletes its
     files except those in ``held[name]``; True when nothing of it is left, False when
-    its directory stays as held data. Can be called again after an interruption."""
+    its directory stays as held data. Can be called again after an interruption.
+    A checkpoint directory that is a symbolic link is never entered: it is removed
+    (the link only) once no kept checkpoint references its files, and left whole
+    (still committed) while one does (docs/PROTOCOL.md 1d)."""
     check_checkpoint_name(name, "checkpoint")
     keep = held.get(name)
+    path = store.join(directory, name)
     if not keep:
         delete_checkpoint(store, directory, name)
         return True
-    path = store.join(directory, name)
-    store.delete([store.join(path, INDEX_NAME)])
+    if store.is_link(path):
+        return False
+    store.remove(directory, [store.join(path, INDEX_NAME)])
     store.sync_dir(path)
     for e in store.listdir(path):
         if e not in keep:
             p = store.join(path, e)
-            if store.isdir(p):
-                store.rmtree(p)
+            if store.isdir(p):  # a link to a directory: the link only
+                store.remove_tree(directory, p)
             else:
-                store.delete([p])
+                store.remove(directory, [p])
     return False

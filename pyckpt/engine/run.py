@@ -233,15 +233,15 @@ def delete_checkpoint(store: Store, directory: str, name: str) -> None:
     path = store.join(directory, name)
     tf_files = tensorflow_files(store, directory, name)
     if store.is_link(path):
-        store.delete([path])
+        store.remove(directory, [path])
     else:
-        store.delete([store.join(path, INDEX_NAME)])
+        store.remove(directory, [store.join(path, INDEX_NAME)])
         store.sync_dir(path)
-        store.rmtree(path)
+        store.remove_tree(directory, path)
     if len(tf_files) > 1 or store.exists(tf_files[0]):
-        store.delete(tf_files[:1])
+        store.remove(directory, tf_files[:1])
         store.sync_dir(directory)
-        store.delete(tf_files[1:])
+        store.remove(directory, tf_files[1:])
 
 
 def recover_state(store: Store, directory: str, name: str,

@@ -162,15 +162,15 @@ def write_data(store: Store, path: str, tensors: list[PreparedTensor], *, attemp
         crcs = write_executor.write_shards(store, path, paths, sizes, keys, arrays, file_idx,
                                            offsets, options, attempt=attempt)
     except BaseException as e:
-        _discard(store, paths, e)
+        _discard(store, path, paths, e)
         raise
     return _written(names, sizes, file_idx, offsets, nbytes, crcs)
 
 
-def _discard(store: Store, paths: list[str], error: BaseException) -> None:
+def _discard(store: Store, path: str, paths: list[str], error: BaseException) -> None:
     """Deletes a failed attempt's files; a failure to do so never hides ``error``."""
     try:
-        store.delete(paths)
+        store.remove(path, paths)
     except Exception as cleanup:
         add_note(error, f"pyckpt: deleting this attempt's files also failed: "
                         f"{type(cleanup).__name__}: {cleanup}")
@@ -299,7 +299,7 @@ class StagedSave:
                         self.job.wait()  # abandoned: the writer stops
                     except BaseException as we:  # noqa: BLE001 - the staging error is raised...
                         writer_error = we
-                    _discard(self.store, self.paths, e)
+                    _discard(self.store, self.path, self.paths, e)
             finally:
                 attempts.end(self.store, self.path, self.attempt)
             if isinstance(e, _WriteEnded) and writer_error is not None:
@@ -333,7 +333,7 @@ class StagedSave:
                 try:
                     crcs, _ = self.job.wait()
                 except BaseException as e:
-                    _discard(self.store, self.paths, e)
+                    _discard(self.store, self.path, self.paths, e)
                     raise
             data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
             return _finish(self.store, self.path, self.tensors, data, self.attempt, self.tree,

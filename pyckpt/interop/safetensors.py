@@ -127,7 +127,7 @@ def _discard(store: Any, folder: str, names: list[str], error: BaseException) ->
     (a folder without its index is no checkpoint); what it could not delete is a note
     on ``error``."""
     try:
-        store.delete(store.join(folder, n) for n in names)
+        store.remove(folder, (store.join(folder, n) for n in names))
     except OSError as e:
         add_note(error, f"the shard files written so far were left in {store.url(folder)}: {e}")
 
@@ -159,7 +159,7 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
     rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
     store.makedirs(folder)
     if rank == 0:  # an earlier export's index must never name a mix of old and new files
-        store.delete([store.join(folder, INDEX_FILE)])
+        store.remove(folder, [store.join(folder, INDEX_FILE)])
     if comm is not None:
         comm.barrier()
     problem = None
@@ -185,7 +185,7 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
                            (json.dumps(index, indent=2) + "\n").encode())
         stale = [n for n in store.listdir(folder) if is_shard_name(n) and n not in set(files)]
         if stale:
-            store.delete(store.join(folder, n) for n in stale)
+            store.remove(folder, (store.join(folder, n) for n in stale))
     if comm is not None:
         comm.barrier()
     return store.url(folder)

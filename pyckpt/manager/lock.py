@@ -71,7 +71,7 @@ class WriterLease:
 
     def __init__(self, store: Store, directory: str, lease_seconds: float = 600.0,
                  clock: Callable[[], float] = time.time) -> None:
-        self.store = store
+        self.store, self.directory = store, directory
         self.path = store.join(directory, LOCK_NAME)
         self.lease_seconds = lease_seconds
         self.clock = clock
@@ -212,6 +212,6 @@ class WriterLease:
             try:
                 doc = self._read()
                 if doc is not None and doc.get("owner") == self.owner:
-                    self.store.delete([self.path])
+                    self.store.remove(self.directory, [self.path])
             except OSError:
                 pass  # best effort: a stale lease is recognised by pid or heartbeat

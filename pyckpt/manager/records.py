@@ -119,7 +119,7 @@ class Records:
                     self._state.deleting.append(entry)
             elif entry.startswith(".pyckpt-manager.") and ".tmp-" in entry:
                 # temp file of a state/lock write interrupted by a crash (we hold the lease)
-                self.store.delete([self.store.join(self.path, entry)])
+                self.store.remove(self.path, [self.store.join(self.path, entry)])
         self.cleaned = True
 
     def begin_writing(self) -> None:
@@ -180,7 +180,7 @@ class Records:
             return
         if not committed:
             try:
-                self.store.rmtree(path)
+                self.store.remove_tree(self.path, path)
             except OSError:
                 pass
         add_note(error, f"{self.url(name)} was not saved by this call: "
@@ -197,7 +197,7 @@ class Records:
             return
         try:
             if read_previous(self.store, path) is None:
-                self.store.rmtree(path)
+                self.store.remove_tree(self.path, path)
         except OSError:
             pass
 

@@ -25,7 +25,12 @@ def resolve(path: Any, storage_options: dict | None = None) -> tuple[Store, str]
     if path.startswith("file://"):
         path = path[len("file://"):]
     if "://" not in path:
-        return _LOCAL, os.path.abspath(os.path.expanduser(path))
+        local = os.path.abspath(os.path.expanduser(path))
+        if os.path.islink(local) and os.path.isfile(local):
+            # a file the user named through a link (one safetensors file, say): the
+            # user asked for it; links inside a checkpoint are never followed
+            local = os.path.realpath(local)
+        return _LOCAL, local
     # loaded with the first URL: it brings asyncio and fsspec's machinery (~90 ms),
     # which local checkpoints never need
     from .fsspec_store import FsspecStore

@@ -20,6 +20,7 @@ per bulk read or write and takes the fast path when it has one.
 from __future__ import annotations
 
 import abc
+import errno
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from .. import progress
@@ -211,6 +212,13 @@ class Store(abc.ABC):
     def mtime(self, path: str) -> float | None:
         return None
 
+    def temp_writer(self, name: str) -> tuple[bool, int] | None:
+        """For the name of a temporary file this store's atomic writes make beside
+        their target (local disks: ``.<name>.tmp-...``, renamed into place at the
+        end): (written on this host, the writer's pid); None for any other name and
+        on stores that write whole objects without temporary names."""
+        return None
+
     def is_link(self, path: str) -> bool:
         """Whether path is a symbolic link (never on object stores). Deleting code
         removes a link itself, never what it points to."""
@@ -231,6 +239,54 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def rmtree(self, path: str) -> None:
         """Deletes a directory-like prefix and everything under it; missing is fine."""
+
+    # -- deletes confined to the directory pyckpt manages (docs/PROTOCOL.md 1d) -----
+    def remove(self, root: str, paths: Iterable[str]) -> None:
+        """Deletes files ``paths`` (missing ones are ignored), each checked first by
+        ``check_inside(root, path)``: nothing is deleted when one of them is refused.
+        pyckpt deletes through this method and ``remove_tree`` only."""
+        todo = list(paths)
+        checked: set[str] = set()
+        for p in todo:
+            self.check_inside(root, p, checked)
+        if todo:
+            self.delete(todo)
+
+    def remove_tree(self, root: str, path: str) -> None:
+        """Deletes the directory ``path`` inside ``root`` (checked by ``check_inside``)
+        and everything under it; a symbolic link in its place is removed itself, never
+        what it points to (``rmtree`` never descends through links below it)."""
+        self.check_inside(root, path)
+        if self.is_link(path):
+            self.delete([path])
+        else:
+            self.rmtree(path)
+
+    def check_inside(self, root: str, path: str, checked: set[str] | None = None) -> None:
+        """Refuses (CheckpointIOError, errno ELOOP) a ``path`` to delete that does not
+        lie strictly inside the directory ``root`` as written ('/'-separated, no empty,
+        ``.`` or ``..`` component), or that is reached from ``root`` through a symbolic
+        link (a checkpoint directory linked to another disk: what lies behind the link
+        is never pyckpt's to delete). ``root`` itself may be a link: the user named it.
+        ``checked``: directories already found to be no link (a batch's cache)."""
+        base = root.rstrip("/")
+        rest = path[len(base) + 1:] if path.startswith(base + "/") else None
+        parts = rest.split("/") if rest else []
+        if not parts or any(p in ("", ".", "..") for p in parts):
+            raise CheckpointIOError(errno.EPERM, f"pyckpt refuses to delete {self.url(path)}: "
+                                                 f"it is not inside {self.url(root)}")
+        here = base
+        for part in parts[:-1]:
+            here = f"{here}/{part}"
+            if checked is not None and here in checked:
+                continue
+            if self.is_link(here):
+                raise CheckpointIOError(
+                    errno.ELOOP, f"pyckpt refuses to delete {self.url(path)}: {self.url(here)} "
+                                 f"is a symbolic link, and pyckpt never deletes through a link "
+                                 f"out of {self.url(root)}")
+            if checked is not None:
+                checked.add(here)
 
     @abc.abstractmethod
     def open_write(self, path: str) -> Any:

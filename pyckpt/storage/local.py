@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import errno
 import functools
+import hashlib
 import mmap
 import os
+import re
 import shutil
+import socket
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from ..errors import CheckpointError, CorruptCheckpointError, io_error
@@ -69,6 +72,9 @@ class LocalStore(Store):
     def is_link(self, path: str) -> bool:
         return os.path.islink(path)
 
+    def temp_writer(self, name: str) -> tuple[bool, int] | None:
+        return temp_writer(name)
+
     @_os_errors("list")
     def listdir(self, path: str) -> list[str]:
         try:
@@ -88,13 +94,13 @@ class LocalStore(Store):
 
     @_os_errors("read", missing_passes=True)
     def read_bytes(self, path: str) -> bytes:
-        with open(path, "rb") as f:
+        with os.fdopen(open_unlinked(path), "rb") as f:
             return f.read()
 
     @_os_errors("read", missing_passes=True)
     def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         out = []
-        with open(path, "rb") as f:
+        with os.fdopen(open_unlinked(path), "rb") as f:
             for start, end in ranges:
                 f.seek(start)
                 out.append(f.read(end - start))
@@ -167,19 +173,28 @@ class LocalStore(Store):
             os.close(fd)
 
 
-def map_file(path: str) -> mmap.mmap:
-    """A read-only memory map of the whole (non-empty) local file ``path``. Like the
-    C++ reader, it refuses a symbolic link in a shard file's place; other OSErrors
-    become CheckpointIOError (FileNotFoundError passes unchanged)."""
+def open_unlinked(path: str) -> int:
+    """A read-only descriptor of the file ``path``, never through a symbolic link in
+    its place: every file a checkpoint names is read so (pyckpt's shards by the C++
+    core, every other format's files and indexes here), so a link planted in a
+    checkpoint cannot make a read return another file's bytes (docs/FORMAT.md,
+    "Links"). The directories above it may be links: the user named them."""
     try:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-        except OSError as e:
-            if e.errno == errno.ELOOP and os.path.islink(path):
-                raise CorruptCheckpointError(
-                    f"shard file '{path}' is a symbolic link; pyckpt refuses to follow links "
-                    "inside a checkpoint") from None
-            raise
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(path):
+            raise CorruptCheckpointError(
+                f"'{path}' is a symbolic link; pyckpt refuses to follow links inside a "
+                "checkpoint (copy the file in, or name the file itself)") from None
+        raise
+
+
+def map_file(path: str) -> mmap.mmap:
+    """A read-only memory map of the whole (non-empty) local file ``path``, opened by
+    ``open_unlinked``; OSErrors become CheckpointIOError (FileNotFoundError passes
+    unchanged)."""
+    try:
+        fd = open_unlinked(path)
         try:
             return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         finally:
@@ -226,10 +241,23 @@ class _AtomicFile:
             _discard(self.tmp)
 
 
+_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+_TEMP = re.compile(r"^\..+\.tmp-([0-9a-f]{8})-([0-9]+)-[0-9a-f]{8}$")
+
+
 def _temp_name(path: str) -> str:
+    """``.<name>.tmp-<host>-<pid>-<random>``: the writer's host and pid tell a later
+    sweep whether the write can still finish (``LocalStore.temp_writer``)."""
     directory = os.path.dirname(path) or "."
-    return os.path.join(directory,
-                        f".{os.path.basename(path)}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    return os.path.join(directory, f".{os.path.basename(path)}.tmp-{_HOST_TAG}-"
+                                   f"{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def temp_writer(name: str) -> tuple[bool, int] | None:
+    """(written on this host, pid) of the process writing the temporary file ``name``
+    (a name ``_temp_name`` made), or None for any other name."""
+    m = _TEMP.match(name)
+    return None if m is None else (m.group(1) == _HOST_TAG, int(m.group(2)))
 
 
 def _discard(path: str) -> None:

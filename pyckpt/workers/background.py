@@ -185,7 +185,8 @@ class BackgroundSave:
         finally:
             attempts.end(self.store, self.path, self.attempt)
         try:  # nobody needs the parts any more
-            self.store.delete(self._join(part_name(self.attempt, r)) for r in range(self.world))
+            self.store.remove(self.path, (self._join(part_name(self.attempt, r))
+                                          for r in range(self.world)))
         except OSError:
             pass
 
@@ -288,10 +289,10 @@ def discard(store: Store, path: str, attempt: str) -> None:
     """Removes what a failed background save left: the whole directory when no
     checkpoint is committed there, else only the attempt's files. Call it once every
     worker is done with the attempt."""
-    if not store.exists(store.join(path, INDEX_NAME)):
-        store.rmtree(path)
+    if not store.is_link(path) and not store.exists(store.join(path, INDEX_NAME)):
+        store.remove_tree(path.rstrip("/").rpartition("/")[0], path)
         return
-    store.delete(store.join(path, n) for n in store.listdir(path) if _of_attempt(n, attempt))
+    store.remove(path, (store.join(path, n) for n in store.listdir(path) if _of_attempt(n, attempt)))
 
 
 # -- the part file: JSON, arrays as base64 of little-endian bytes ----------------------------

@@ -64,8 +64,8 @@ def _remove(store: Store, path: str, names: Sequence[str], index: bool) -> None:
     """Best effort: un-commit (index first), then the files."""
     try:
         if index:
-            store.delete([store.join(path, INDEX_NAME)])
-        store.delete([store.join(path, n) for n in names])
+            store.remove(path, [store.join(path, INDEX_NAME)])
+        store.remove(path, [store.join(path, n) for n in names])
     except OSError:
         pass
 

@@ -355,7 +355,7 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
         if failed:
             outcome = ("error", "\n".join(f"rank {r.rank}: {r.error}" for r in failed))
             try:  # best effort: a later save's orphan sweep removes what is left
-                store.delete(store.join(path, f.name) for r in results for f in r.files)
+                store.remove(path, (store.join(path, f.name) for r in results for f in r.files))
             except OSError:
                 pass
         else:

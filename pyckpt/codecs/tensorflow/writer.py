@@ -99,7 +99,7 @@ def write_bundle(store: Store, prefix: str,
     index_path = prefix + ".index"
     data_name = data_file_name(name, 0, 1)
     if store.exists(index_path):  # replacing: un-commit the old checkpoint first
-        store.delete([index_path])
+        store.remove(head, [index_path])
         store.sync_dir(head or ".")
     elif head:
         store.makedirs(head)
@@ -110,7 +110,7 @@ def write_bundle(store: Store, prefix: str,
     store.write_atomic(index_path, build_table([(b"", encode_header(1))] + data.entries()))
     stale = [join(e) for e in store.listdir(head or ".")
              if e.startswith(name + ".data-") and "-of-" in e and e != data_name]
-    store.delete(stale)  # shards of a replaced checkpoint written in more files
+    store.remove(head, stale)  # shards of a replaced checkpoint written in more files
 
 
 class _DataFile:
