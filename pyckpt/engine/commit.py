@@ -4,7 +4,8 @@ records, copies and tier persists).
 
 ``commit_checkpoint`` runs the commit's steps in one order (docs/PROTOCOL.md):
 
-1. read the manifest being replaced, if any;
+1. read the manifest being replaced, if any, and refuse to replace data that other
+   checkpoints reference (incremental saves: ``references.check_not_referenced``);
 2. write the index atomically: from this moment the checkpoint is committed;
 3. if that write raised, check whether the index landed anyway (an answer lost
    after the rename or the PUT): then it counts as committed; else, delete this
@@ -29,6 +30,7 @@ from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry
 from ..storage import Store
 from . import attempts
+from .references import check_not_referenced
 
 __all__ = ["Commit", "commit_checkpoint", "read_previous", "abandon", "discard", "sweep_orphans"]
 
@@ -130,6 +132,12 @@ def commit_checkpoint(c: Commit) -> Manifest | None:
     (after deleting ``c.new_files``)."""
     try:
         previous = read_previous(c.store, c.path)
+        try:
+            check_not_referenced(c.store, c.path, previous, c.attempt)
+        except ValueError:
+            if c.new_files is not None:
+                discard(c.store, c.path, c.new_files)
+            raise
         try:
             c.store.write_atomic(c.store.join(c.path, INDEX_NAME), encode_index(c.manifest))
         except BaseException:

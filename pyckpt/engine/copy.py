@@ -26,7 +26,7 @@ from .write_executor import leftovers
 from .reader import OpenCheckpoint, open_checkpoint
 from . import attempts, writer
 from .commit import discard, read_previous
-from .incremental import Base, Matcher, assemble, plan_mode, record, usable_files
+from .incremental import Base, Matcher, assemble, damaged, plan_mode, record, usable_files
 
 WINDOW = 64 << 20
 
@@ -226,6 +226,8 @@ def copy_referencing(ck: OpenCheckpoint, store: Any, path: str, base: Base,
     match = Matcher(base, usable_files(store, base), m.chunk_size)
     reuse = [match.block(m.keys[i], m.dtype_names[i], m.shapes[i], None,
                          b.hashes[int(b.tensor_begin[i])]) for i in range(len(m.keys))]
+    bad = damaged(store, base, (j for j in reuse if j >= 0))
+    reuse = [-1 if j in bad else j for j in reuse]
     changed = [i for i, j in enumerate(reuse) if j < 0]
     arrays = ck.read_new_plain(changed)
     tensors = [writer.PreparedTensor(m.keys[i], a, m.dtype_names[i])

@@ -23,11 +23,13 @@ Two ways to save, chosen per save (``plan_mode``):
 from __future__ import annotations
 
 import dataclasses
+import threading
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ..errors import CorruptCheckpointError
 from ..format import Manifest
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
@@ -35,12 +37,12 @@ from . import attempts, naming
 from .commit import Commit, commit_checkpoint
 from .fingerprints import HashJob, block_hashes
 from .options import DEFAULT, IOOptions
-from .reader import data_file_path
+from .reader import OpenCheckpoint, data_file_path
 from .writer import PreparedTensor, WrittenData, _prepare_dir, check_metadata, info, \
     prepare_tensors, write_data
 
-__all__ = ["Base", "FULL_ABOVE", "Matcher", "assemble", "plan_mode", "record", "reference",
-           "save_incremental", "stats", "usable_files"]
+__all__ = ["Base", "FULL_ABOVE", "Matcher", "assemble", "damaged", "plan_mode", "record",
+           "reference", "save_incremental", "stats", "usable_files"]
 
 #: a base whose save found more than this fraction of its bytes changed makes the
 #: next save a full one (module doc)
@@ -80,6 +82,69 @@ def plan_mode(base: Base | None) -> str:
             and changed > FULL_ABOVE * total:
         return "full"
     return "selective"
+
+
+#: object stores: (file url, size, mtime) -> (offset, nbytes) of its blocks verified by
+#: this process. An object's bytes change only by replacing it (a new mtime), and the
+#: store guards what it holds; local files can change in place, so they are not cached.
+_VERIFIED: dict[tuple[str, int, float | None], set[tuple[int, int]]] = {}
+_VERIFIED_LOCK = threading.Lock()
+
+
+def damaged(store: Store, base: Base, blocks: Iterable[int],
+            options: IOOptions = DEFAULT) -> set[int]:
+    """The base blocks among ``blocks`` (those a save is about to reference) whose
+    bytes do not match their CRCs now, each reported with a warning naming the key,
+    the file and the byte range: they are written anew (docs/PROTOCOL.md section 9).
+    A reference is never made to data no one has checked: the state in memory is the
+    good copy at save time. Costs one verified read of the referenced bytes (local
+    disks: every save, mostly from the page cache; object stores: once per object
+    version and process)."""
+    b = base.manifest.blocks
+    todo = sorted(j for j in set(int(j) for j in blocks) if int(b.nbytes[j]) > 0)
+    if not todo:
+        return set()
+    ck = OpenCheckpoint(store, base.path, base.manifest, options)
+    versions: dict[int, tuple[str, int, float | None]] = {}
+    if not store.local:
+        for f in sorted({int(b.file[j]) for j in todo}):
+            p = ck.file_path(f)
+            versions[f] = (store.url(p), base.manifest.files[f].size, store.mtime(p))
+        with _VERIFIED_LOCK:
+            todo = [j for j in todo if (int(b.offset[j]), int(b.nbytes[j]))
+                    not in _VERIFIED.get(versions[int(b.file[j])], ())]
+    bad = _bisect(ck, todo)
+    with _VERIFIED_LOCK:
+        if len(_VERIFIED) > 4096:  # a long run's old versions: forget them all
+            _VERIFIED.clear()
+        for j in todo:
+            v = versions.get(int(b.file[j]))
+            if v is not None and j not in bad and v[2] is not None:
+                _VERIFIED.setdefault(v, set()).add((int(b.offset[j]), int(b.nbytes[j])))
+    return bad
+
+
+def _bisect(ck: OpenCheckpoint, blocks: list[int]) -> set[int]:
+    """The damaged blocks among ``blocks``: one verified read of them all, halved
+    around a failure (k damaged blocks of n cost O(k log n) reads)."""
+    try:
+        _verify(ck, blocks)
+        return set()
+    except (CorruptCheckpointError, OSError) as e:
+        if len(blocks) > 1:
+            return _bisect(ck, blocks[:len(blocks) // 2]) | _bisect(ck, blocks[len(blocks) // 2:])
+        warnings.warn(f"incremental save: the base checkpoint {ck.url} is damaged ({e}); that "
+                      "tensor is written anew instead of referenced", stacklevel=2)
+        return set(blocks)
+
+
+def _verify(ck: OpenCheckpoint, blocks: list[int]) -> None:
+    b = ck.manifest.blocks
+    js = np.asarray(blocks, dtype=np.int64)
+    tensor = np.searchsorted(b.tensor_begin, js, side="right") - 1
+    keys = [ck.manifest.keys[int(i)] for i in tensor]
+    plan = ck.plan_ranges(keys, js, np.zeros(len(js), np.int64), b.nbytes[js])
+    ck.read_plan(plan, [None] * len(js))
 
 
 def usable_files(store: Store, base: Base) -> list[bool]:
@@ -226,6 +291,8 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
             hashes = block_hashes(arrays, options.chunk_size, options.threads)
             reuse = _matches(tensors, hashes, base, usable_files(store, base),
                              options.chunk_size)
+            bad = damaged(store, base, (j for j in reuse if j >= 0), options)
+            reuse = [-1 if j in bad else j for j in reuse]
             changed: int | None = _changed_bytes(tensors, reuse)
             data = write_data(store, path, [t for t, j in zip(tensors, reuse) if j < 0],
                               attempt=attempt, options=options)

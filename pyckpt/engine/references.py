@@ -15,12 +15,14 @@ from __future__ import annotations
 import struct
 from typing import Iterable, MutableMapping
 
-from ..format import INDEX_NAME, decode_index
+from ..format import INDEX_NAME, Manifest, decode_index
 from ..format.index import HEADER_SIZE
 from ..storage import Store
+from . import naming
 from .run import check_checkpoint_name, delete_checkpoint
 
-__all__ = ["Held", "references_of", "held_files", "retire", "uncommit"]
+__all__ = ["Held", "check_not_referenced", "references_of", "referenced_by", "held_files",
+           "retire", "uncommit"]
 
 #: {directory name: names of its files that kept checkpoints reference}
 Held = dict[str, set[str]]
@@ -39,6 +41,45 @@ def references_of(store: Store, path: str) -> frozenset[tuple[str, str]]:
     except FileNotFoundError:
         return frozenset()
     return frozenset((f.at, f.name) for f in manifest.files if f.at is not None)
+
+
+def referenced_by(store: Store, path: str) -> list[str]:
+    """The committed checkpoints beside ``path`` (same parent directory) whose indexes
+    reference data files in ``path``'s directory (incremental saves), sorted; an
+    entry that is no readable checkpoint references nothing."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    out = []
+    for entry in store.listdir(parent or "/"):
+        if entry == name:
+            continue
+        try:
+            refs = references_of(store, store.join(parent, entry))
+        except (OSError, ValueError):
+            continue
+        if any(at == name for at, _ in refs):
+            out.append(entry)
+    return sorted(out)
+
+
+def check_not_referenced(store: Store, path: str, previous: Manifest | None,
+                         attempt: str | None) -> None:
+    """Refuses (ValueError naming them) to replace what ``path`` holds while other
+    checkpoints reference its files: replacing deletes them (a commit deletes the
+    replaced files and sweeps the data files its index does not name). Only data that
+    can be referenced is looked for: a committed checkpoint with fingerprints, or data
+    files without an index (held data) of an attempt other than ``attempt``."""
+    if previous is not None:
+        if previous.blocks.hashes is None:
+            return
+    elif not any(naming.is_data_file(n) and naming.attempt_of(n) != attempt
+                 for n in store.listdir(path)):
+        return
+    users = referenced_by(store, path)
+    if users:
+        raise ValueError(
+            f"{store.url(path)} holds data that the checkpoints {', '.join(users)} beside it "
+            "reference (incremental saves): replacing it would break them. Save or copy to "
+            "a new path, or delete those checkpoints first.")
 
 
 def held_files(store: Store, directory: str, kept: Iterable[str],

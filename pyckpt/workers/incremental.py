@@ -29,7 +29,7 @@ import numpy as np
 
 from ..engine import attempts
 from ..engine.fingerprints import block_hashes
-from ..engine.incremental import Base, Matcher, plan_mode, usable_files
+from ..engine.incremental import Base, Matcher, damaged, plan_mode, usable_files
 from ..engine.writer import PreparedTensor
 from ..storage import Store
 from .comm import Communicator
@@ -112,6 +112,11 @@ def decide(comm: Communicator, store: Store, path: str, gp: GlobalPlan,
                                     options.chunk_size)
             if mode != "selective":
                 found = {}
+            elif base is not None:  # never reference data no one has checked
+                bad = damaged(store, base, found.values(), options)
+                if bad:
+                    found = {s: j for s, j in found.items() if j not in bad}
+                    changed = sum(n for s, n in nbytes.items() if s not in found)
             reuse = Reuse(base, mode, hashes, found, changed, sum(nbytes.values()))
             decision = [np.asarray([i for i in gp.writes[r] if (r, int(i)) not in found],
                                    dtype=np.int64) for r in range(world)]
