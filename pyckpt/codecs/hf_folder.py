@@ -10,14 +10,15 @@ in the folder.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
+from ..format.json_scan import loads_untrusted
 from ..storage import Store
+from ..tree import check_utf8
 from .safetensors import FlatTensors, SafetensorsFile
 
 __all__ = ["INDEX_FILE", "SHARD_NAME", "detect", "HFFolder", "shard_name", "is_shard_name"]
@@ -71,17 +72,20 @@ class HFFolder(FlatTensors):
         if len(raw) > _MAX_INDEX:
             raise CorruptCheckpointError(f"{url}: {len(raw)} bytes is too large for an index")
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptCheckpointError(f"{url}: not JSON ({e})") from None
+            doc = loads_untrusted(raw)
+        except ValueError as e:
+            raise CorruptCheckpointError(f"{url}: not a JSON index ({e})") from None
         wmap = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(wmap, dict) or not all(isinstance(k, str) for k in wmap):
             raise CorruptCheckpointError(f"{url}: no weight_map object of tensor names")
+        try:
+            check_utf8(list(wmap), "tensor name")
+        except ValueError as e:
+            raise CorruptCheckpointError(f"{url}: {e}") from None
         meta = doc.get("metadata")
         self._metadata = dict(meta) if isinstance(meta, dict) else {}
         names = {k: _plain(f, url) for k, f in wmap.items()}
-        self.files = {f: SafetensorsFile(store, store.join(self.folder, f))
-                      for f in sorted(set(names.values()))}
+        self.files = {f: self._shard(url, f, names) for f in sorted(set(names.values()))}
         for f, sf in self.files.items():
             for k in sf.keys:
                 if names.get(k) != f:
@@ -94,6 +98,17 @@ class HFFolder(FlatTensors):
         self._keys = list(names)
         self._index = {k: i for i, k in enumerate(self._keys)}
         self._where = [(self.files[names[k]], self.files[names[k]].index[k]) for k in self._keys]
+
+    def _shard(self, url: str, name: str, names: dict[str, str]) -> SafetensorsFile:
+        """The file ``name`` of the folder, opened; one that is missing is a broken
+        folder (CorruptCheckpointError naming it and a tensor the index gives it)."""
+        path = self.store.join(self.folder, name)
+        try:
+            return SafetensorsFile(self.store, path)
+        except FileNotFoundError:
+            key = next(k for k, f in names.items() if f == name)
+            raise CorruptCheckpointError(f"{url} gives tensor {key!r} to {name}, but "
+                                         f"{self.store.url(path)} does not exist") from None
 
     @property
     def url(self) -> str:

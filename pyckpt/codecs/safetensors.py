@@ -25,14 +25,17 @@ import numpy as np
 
 from .._dtypes import dtype_from_name, dtype_name
 from ..errors import CorruptCheckpointError
+from ..format.json_scan import loads_untrusted
 from ..format.records import MAX_BYTES, MAX_NDIM, span
 from ..format.source import CheckpointSource, KeyedSource
 from ..format.values import left_out_warning, text_values
 from ..sharded import ShardedArray
 from ..storage import Store
 from ..storage.streamed import earlier_uploads_of, write_stream
+from ..tree import check_utf8
 
 MAX_HEADER = 100 << 20
+METADATA_KEY = "__metadata__"  # the header's member that is no tensor
 
 # safetensors dtype code <-> pyckpt stored dtype name
 _CODES = {
@@ -90,12 +93,16 @@ class SafetensorsFile(FlatTensors):
             raise CorruptCheckpointError(f"{url}, bytes [0, 8): header length {n} is impossible "
                                          f"for a file of {size} bytes")
         try:
-            header = json.loads(store.read_ranges(path, [(8, 8 + n)])[0])
-        except (ValueError, UnicodeDecodeError) as err:
+            header = loads_untrusted(store.read_ranges(path, [(8, 8 + n)])[0])
+        except ValueError as err:
             raise CorruptCheckpointError(f"{url}, bytes [8, {8 + n}): bad JSON header: {err}") from None
         if not isinstance(header, dict):
             raise CorruptCheckpointError(f"{url}: the header is not a JSON object")
-        meta = header.pop("__metadata__", None) or {}
+        try:
+            check_utf8(list(header), "tensor name")
+        except ValueError as err:
+            raise CorruptCheckpointError(f"{url}, bytes [8, {8 + n}): {err}") from None
+        meta = header.pop(METADATA_KEY, None) or {}
         self._metadata = {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
         self.data_start = 8 + n
         self.tensors: dict[str, tuple[np.dtype, tuple[int, ...], int, int]] = {}
@@ -119,9 +126,37 @@ class SafetensorsFile(FlatTensors):
                     f"{url}: tensor {key!r}: bytes [{self.data_start + b}, {self.data_start + e}) "
                     f"do not hold {shape} {dtype.name} inside the file")
             self.tensors[key] = (dtype, shape, b, e)
+        self._check_tiling(data_len)
 
         self._keys = list(self.tensors)
         self._index = {k: i for i, k in enumerate(self._keys)}
+
+    def _check_tiling(self, data_len: int) -> None:
+        """The safetensors library's rule: the tensors, in the order of their offsets,
+        tile the data after the header exactly (each begins where the one before
+        ends, the last ends at the end of the file), so no bytes are read twice (two
+        tensors on the same bytes would load a small file as a huge one) and none is
+        left over. Raises CorruptCheckpointError naming the tensors and the bytes."""
+        start = self.data_start
+
+        def bytes_of(key: str) -> str:
+            return f"tensor {key!r} (bytes [{start + self.tensors[key][2]}, " \
+                   f"{start + self.tensors[key][3]}))"
+
+        at, before = 0, ""
+        for key, (_, _, b, e) in sorted(self.tensors.items(), key=lambda kv: kv[1][2:]):
+            if b < at:
+                raise CorruptCheckpointError(f"{self.url}: {bytes_of(key)} overlaps "
+                                             f"{bytes_of(before)}")
+            if b > at:
+                raise CorruptCheckpointError(
+                    f"{self.url}: bytes [{start + at}, {start + b}) belong to no tensor (before "
+                    f"{bytes_of(key)}); safetensors tensors must tile the data exactly")
+            at, before = e, key
+        if at != data_len:
+            raise CorruptCheckpointError(
+                f"{self.url}: bytes [{start + at}, {start + data_len}) at the end belong to no "
+                "tensor; safetensors tensors must tile the data exactly")
 
     @property
     def url(self) -> str:
@@ -171,9 +206,23 @@ def unsupported(src: CheckpointSource, indices: Sequence[int]) -> list[str]:
     return [f"{k} ({n})" for k, n in names if n not in _NAMES]
 
 
-def check_writable(src: CheckpointSource, indices: Sequence[int], what: str) -> None:
-    """Raises TypeError naming the tensors safetensors cannot hold; warns naming the
-    values kept outside tensors (``what``: the file or folder written)."""
+def check_names(names: Sequence[str]) -> None:
+    """Raises ValueError naming a tensor name a safetensors header cannot hold:
+    ``__metadata__`` (the header's metadata: the tensor would be lost, and the
+    safetensors library refuses the file) or a name that is not UTF-8 text."""
+    if METADATA_KEY in names:
+        raise ValueError(f"a safetensors file cannot hold a tensor named {METADATA_KEY!r} "
+                         "(the name of its metadata): rename it (key_map)")
+    check_utf8(names, "tensor name")
+
+
+def check_writable(src: CheckpointSource, indices: Sequence[int], what: str,
+                   names: Sequence[str] | None = None) -> None:
+    """Raises TypeError naming the tensors safetensors cannot hold, ValueError for a
+    name it cannot hold (``check_names``; ``names``: the tensors' names in the
+    output, default their keys); warns naming the values kept outside tensors
+    (``what``: the file or folder written)."""
+    check_names([src.keys[i] for i in indices] if names is None else names)
     bad = unsupported(src, indices)
     if bad:
         raise TypeError("safetensors cannot hold these tensors: " + ", ".join(bad))
@@ -190,17 +239,18 @@ def write_file(src: CheckpointSource, store: Store, path: str,
     ``names`` (default: their keys) as the safetensors file ``path`` of ``store``, tensor
     by tensor (the source's reads are verified ones), through the store's one guarded
     write; returns the tensor bytes written. ``metadata``: the header's
-    ``__metadata__`` (default: the source's). The caller checks the dtypes first
-    (``check_writable``)."""
+    ``__metadata__`` (default: the source's). The caller checks the dtypes and names
+    first (``check_writable``: before anything is written)."""
     indices = list(range(len(src.keys))) if indices is None else list(indices)
     names = [src.keys[i] for i in indices] if names is None else list(names)
+    check_names(names)
     header: dict[str, Any] = {}
     if metadata is None:
         md = src.metadata
         metadata = md.get("safetensors") if isinstance(md.get("safetensors"), dict) \
             else {k: v if isinstance(v, str) else json.dumps(v) for k, v in md.items()}
     if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+        header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
     pos = 0
     for i, k in zip(indices, names):
         n = math.prod(src.shape(i)) * src.dtype(i).itemsize
@@ -267,4 +317,4 @@ def copy_into(values: Sequence[np.ndarray], dsts: Sequence[Any]) -> None:
 
 
 __all__ = ["is_safetensors_path", "detect", "FlatTensors", "SafetensorsFile", "write_file", "check_writable",
-           "copy_into", "dtype_name"]
+           "check_names", "copy_into", "dtype_name"]

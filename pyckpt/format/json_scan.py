@@ -6,6 +6,10 @@ form), so that a large document never exists as Python objects all at once;
 members named to be kept as text become ``LazyJSON`` and are parsed when first
 used. Errors are ``json.JSONDecodeError`` (and ``RecursionError``), as from
 ``json.loads``.
+
+``loads_untrusted`` parses a small JSON document of another program (a
+safetensors header, a Hugging Face index) with a bound on nesting and no
+duplicate member names; its only error is ``ValueError``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterator
+
+import numpy as np
 
 _WS = re.compile(r"[ \t\n\r]*")
 _scanstring: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")
@@ -42,6 +48,56 @@ def no_cyclic_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+#: nesting depth ``loads_untrusted`` accepts (serde_json's own limit, which the
+#: safetensors library parses with, is 128)
+MAX_UNTRUSTED_DEPTH = 128
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')  # once escapes are gone: no backtracking, no rescans
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[list(b"[{")], _STEP[list(b"]}")] = 1, -1
+_DEPTH_CHUNK = 1 << 22
+
+
+def nesting_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in the JSON text ``data`` (brackets
+    inside strings not counted), in time linear in its length and memory bounded by
+    a chunk: a document too deep for ``json.loads`` (RecursionError) is measured
+    without parsing it."""
+    text = _STRING.sub(b"", _ESCAPE.sub(b"", data))
+    depth, deepest = 0, 0
+    for at in range(0, len(text), _DEPTH_CHUNK):
+        steps = _STEP[np.frombuffer(text, np.uint8, min(_DEPTH_CHUNK, len(text) - at), at)]
+        steps = steps[steps != 0]
+        if steps.size:
+            levels = np.cumsum(steps, dtype=np.int64) + depth
+            deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+    return deepest
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"the member name {name!r} appears twice in one object")
+            seen.add(name)
+    return doc
+
+
+def loads_untrusted(data: bytes) -> Any:
+    """Parses the UTF-8 JSON text ``data`` written by another program: nesting deeper
+    than ``MAX_UNTRUSTED_DEPTH`` and an object naming a member twice (``json.loads``
+    keeps the last silently) are refused. Raises ``ValueError`` (a JSONDecodeError,
+    UnicodeDecodeError, or a ValueError saying what is wrong), never RecursionError."""
+    text = bytes(data)
+    depth = nesting_depth(text) if text.count(b"[") + text.count(b"{") > MAX_UNTRUSTED_DEPTH else 0
+    if depth > MAX_UNTRUSTED_DEPTH:
+        raise ValueError(f"nested {depth} levels deep (at most {MAX_UNTRUSTED_DEPTH})")
+    with no_cyclic_gc():
+        return json.loads(text.decode("utf-8"), object_pairs_hook=_unique_members)
 
 
 def skip_ws(text: str, pos: int) -> int:

@@ -151,7 +151,7 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
     mapping = map_keys(keys, key_map)
     indices = [source.index[k] for k in keys if k in mapping]
     names = [mapping[source.keys[i]] for i in indices]
-    check_writable(source, indices, "Hugging Face folder")
+    check_writable(source, indices, "Hugging Face folder", names)
     sizes = [math.prod(source.shape(i)) * source.dtype(i).itemsize for i in indices]
     shards = plan_shards(sizes, limit)
     files = [shard_name(j + 1, len(shards)) for j in range(len(shards))]
