@@ -24,7 +24,7 @@ from .registry import from_host, leaf_adapter
 from .sharded import ShardedArray
 from .variables import Variable
 
-__all__ = ["validate_key", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
+__all__ = ["validate_key", "check_utf8", "describe_value", "not_a_tree_error", "flatten", "unflatten", "nest_flat",
            "skeleton_leaves", "static_values", "rebuild_leaf", "replacement_scalar", "is_array_kind",
            "SCALAR_KINDS", "Leaf", "keyed_error",
            "path_trie", "paired_leaves"]
@@ -50,7 +50,36 @@ def validate_key(key: str) -> str:
             raise ValueError(f"checkpoint key {key!r} has an empty, '.' or '..' component")
     if "\x00" in key:
         raise ValueError(f"checkpoint key {key!r} contains a NUL character")
+    if _not_utf8(key):
+        raise ValueError(_not_utf8_message("checkpoint key", key))
     return key
+
+
+def _not_utf8(text: str) -> bool:
+    """Whether ``text`` cannot be encoded as UTF-8: it holds a lone surrogate, which no
+    file format pyckpt writes or reads can store (its own JSON manifest, safetensors,
+    TensorFlow's and DCP's names are UTF-8)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _not_utf8_message(what: str, text: str) -> str:
+    return f"{what} {text!r} is not valid UTF-8 text (it holds a lone surrogate)"
+
+
+def check_utf8(names: Sequence[str], what: str = "checkpoint key") -> None:
+    """Raises ValueError naming the first of ``names`` (strings) that does not encode
+    as UTF-8: ``validate_key``'s rule, for names held to this rule alone (a
+    safetensors tensor name is not a checkpoint key: ``a//b`` is a valid one)."""
+    if _not_utf8("".join(names)):
+        for name in names:
+            if _not_utf8(name):
+                raise ValueError(_not_utf8_message(what, name))
 
 
 def validate_keys(keys: Sequence[str]) -> None:
@@ -64,7 +93,8 @@ def validate_keys(keys: Sequence[str]) -> None:
         blob = "\x00".join(keys)  # NUL is not allowed in keys: a safe separator
     except TypeError:
         blob = None
-    if blob is None or blob.count("\x00") != max(n - 1, 0) or _bad_components(blob, n):
+    if blob is None or blob.count("\x00") != max(n - 1, 0) or _bad_components(blob, n) \
+            or _not_utf8(blob):
         for k in keys:
             validate_key(k)
     del blob
@@ -180,6 +210,9 @@ def _join(prefix: str | None, part: Any) -> str:
         raise TypeError(f"tree keys must be str or int, got {type(part).__name__} {part!r}"
                         + (f" under {prefix!r}" if prefix else ""))
     part = str(part)
+    if _not_utf8(part):  # a container name is stored in the skeleton, UTF-8 JSON
+        raise ValueError(_not_utf8_message("tree key", part)
+                         + (f" under {prefix!r}" if prefix else ""))
     return part if prefix is None else f"{prefix}/{part}"
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..tree import keyed_error, path_trie
+from ..tree import check_utf8, keyed_error, path_trie
 from ..variables import Variable
 from .containers import TrackedDict, TrackedList
 from .keys import VALUE_SUFFIX, escape, unescape
@@ -263,6 +263,7 @@ def _component(name: str) -> str:
     esc = escape(name) if ("." in name or "/" in name) else name
     if esc in ("", ".", ".."):
         raise ValueError(f"edge name {name!r} cannot be stored as a checkpoint key component")
+    check_utf8([name], "edge name")  # the rule of every key (tree.validate_key)
     return esc
 
 
