@@ -1,6 +1,6 @@
 """What a run directory (or bucket prefix) holds, for ``pyckpt ls`` and ``pyckpt verify
---fix``: a row per checkpoint, pyckpt's, TensorFlow's and DCP's, and the removal of data
-files no committed index names. The commands reach storage formats only through
+--fix``: a row per checkpoint, pyckpt's, TensorFlow's, DCP's and Hugging Face
+folders, and the removal of data files no committed index names. The commands reach storage formats only through
 this module and the public API (docs/ARCHITECTURE.md, "commands never look inside
 a format")."""
 
@@ -15,6 +15,7 @@ from .engine.run import step_of
 from .errors import CheckpointError
 from .format import INDEX_NAME, decode_index
 from .codecs.dcp import METADATA_NAME, DCPCheckpoint
+from .codecs.hf_folder import INDEX_FILE as HF_INDEX, HFFolder
 from .codecs.tensorflow import TensorFlowCheckpoint
 from .storage import resolve
 
@@ -33,6 +34,8 @@ def _describe(store: Any, path: str, name: str) -> dict | None:
     row = {"name": name, "path": store.url(path), "step": step_of(name)}
     if METADATA_NAME in entries and INDEX_NAME not in entries:
         return _describe_dcp(store, path, name)
+    if HF_INDEX in entries and INDEX_NAME not in entries:
+        return _describe_foreign(store, path, name, "hf-safetensors", HFFolder, HF_INDEX)
     if INDEX_NAME in entries:
         try:
             m = decode_index(store.read_bytes(store.join(path, INDEX_NAME)), store.url(path))
@@ -69,12 +72,19 @@ def _describe_tensorflow(store: Any, prefix: str, name: str) -> dict:
 def _describe_dcp(store: Any, path: str, name: str) -> dict:
     """A row for the torch.distributed.checkpoint directory ``path`` (its ``.metadata``,
     written last by DCP, exists)."""
-    row = {"name": name, "path": store.url(path), "step": step_of(name), "format": "dcp"}
+    return _describe_foreign(store, path, name, "dcp", DCPCheckpoint, METADATA_NAME)
+
+
+def _describe_foreign(store: Any, path: str, name: str, fmt: str, opener: Any,
+                      last: str) -> dict:
+    """A row for the directory ``path`` of another program's format ``fmt`` (``last``:
+    the file it writes last, which exists), opened by ``opener(store, path)``."""
+    row = {"name": name, "path": store.url(path), "step": step_of(name), "format": fmt}
     try:
-        ck = DCPCheckpoint(store, path)
+        ck = opener(store, path)
     except CheckpointError as e:
         return {**row, "status": "corrupt", "error": str(e)}
-    created = store.mtime(store.join(path, METADATA_NAME))
+    created = store.mtime(store.join(path, last))
     return {**row, "status": "committed",
             "bytes": sum(f["bytes"] or 0 for f in ck.describe()["files"]), "tensors": len(ck.keys),
             "created": datetime.datetime.fromtimestamp(created).isoformat(timespec="seconds")
@@ -95,7 +105,7 @@ def list_checkpoints(path: Any, storage_options: dict | None = None) -> tuple[st
     entries = [] if tf_prefix else store.listdir(p)
     if tf_prefix:
         rows.append(_describe_tensorflow(store, p, here))
-    elif INDEX_NAME in entries or METADATA_NAME in entries:  # pyckpt's, or DCP's
+    elif INDEX_NAME in entries or METADATA_NAME in entries or HF_INDEX in entries:  # one
         row = _describe(store, p, here)
         assert row is not None  # a directory holding an index is always described
         rows.append(row)
