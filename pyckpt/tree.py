@@ -324,6 +324,8 @@ def _flatten_node(node: Any, key: str | None, depth: int, leaves: list[Leaf],
         return key if kind == "ndarray" else {"s": key, "as": kind}
     static = _static(node)
     if static is not None:
+        if isinstance(node, str) and _not_utf8(node):
+            raise ValueError(f"{key or '<root>'!r}: " + _not_utf8_message("the str value", node))
         return static
     raise _not_a_leaf_error(node, key or "<root>")
 

@@ -77,3 +77,17 @@ def test_a_stored_key_that_is_not_utf8_is_corrupt(tmp_path):
     with pytest.raises(CorruptCheckpointError) as e:
         pyckpt.load(ck)
     assert "'a\\udc80'" in str(e.value) and "pyckpt.index" in str(e.value)
+
+
+def test_str_values_and_metadata_that_are_not_utf8_are_refused_before_writing(tmp_path):
+    """Not only keys: a str leaf or a metadata value with a lone surrogate is refused
+    naming it, before any data file is written (it raised UnicodeEncodeError from the
+    index encoder after the data was written)."""
+    import numpy as np
+    import pyckpt
+    path = tmp_path / "c"
+    with pytest.raises(ValueError, match="'a'.*lone surrogate"):
+        pyckpt.save({"a": "x\udc80", "w": np.ones(2)}, path)
+    with pytest.raises(ValueError, match="metadata"):
+        pyckpt.save({"w": np.ones(2)}, path, metadata={"m": "\udc80"})
+    assert not path.exists() or not any(n.startswith("data-") for n in os.listdir(path))

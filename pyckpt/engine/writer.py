@@ -79,8 +79,8 @@ def check_metadata(metadata: Any) -> dict:
     if not isinstance(metadata, dict):
         raise TypeError("metadata must be a dict of JSON-serializable values")
     try:
-        json.dumps(metadata, allow_nan=False)
-    except (TypeError, ValueError) as e:
+        json.dumps(metadata, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as e:  # (UnicodeEncodeError: a lone surrogate)
         raise ValueError(f"metadata is not JSON-serializable: {e}") from None
     _check_json_keys(metadata, "metadata")
     return metadata
