@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from . import ordering
 from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
@@ -51,29 +51,6 @@ class Item:
         self.obj = array if obj is None else obj
 
 
-#: the newest background save of this process to each place (its URL and the worker's
-#: rank: workers may be threads of one process): a later save to the same place
-#: commits after it, so the last call wins (weak: a finished save the caller dropped is
-#: forgotten)
-_NEWEST: "weakref.WeakValueDictionary[str, PendingSave]" = weakref.WeakValueDictionary()
-_NEWEST_LOCK = threading.Lock()
-
-
-def _place(store: Store, path: str, comm: Communicator | None) -> str:
-    """What orders this worker's saves to one place: its URL and the worker's rank."""
-    return f"{store.url(path)}#{comm.rank if comm is not None else 0}"
-
-
-def _earlier_save(url: str, handle: "PendingSave | None" = None) -> "PendingSave | None":
-    """The background save to ``url`` still running in this process, if any; with
-    ``handle``, records it as the newest in the same step."""
-    with _NEWEST_LOCK:
-        earlier = _NEWEST.get(url)
-        if handle is not None:
-            _NEWEST[url] = handle
-    return None if earlier is None or earlier.done() else earlier
-
-
 def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
           comm: Communicator | None = None,
           progress: Callable[[int, int], Any] | None = None, tree: Any = None,
@@ -91,29 +68,47 @@ def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     comm, multi = _mode(items, comm)
     _check_incremental(incremental, node_local)
     check_budget(max_pinned_bytes)
-    earlier = _earlier_save(_place(store, p, comm))
-    if earlier is not None:  # called later: its commit must come last
-        earlier.join()
-    with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
-        if has_device_values([it.array for it in items]):
-            _write_from_device(items, store, p, multi, lambda host: write(
-                host, path, storage_options=storage_options, comm=comm, tree=tree,
-                graph=graph, metadata=metadata, node_local=node_local, base=base,
-                incremental=incremental), tree=tree, graph=graph,
-                metadata=metadata, base=base, incremental=incremental,
-                max_pinned_bytes=max_pinned_bytes)
-        elif multi:
-            assert comm is not None
-            distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
-                             tree=tree, graph=graph, metadata=metadata,
-                             node_local=node_local is not None, replicate=node_local or 0,
-                             incremental=incremental, base=base)
-        elif incremental:
-            save_incremental(store, p, [(it.key, it.array) for it in items], base, tree=tree,
-                             graph=graph, metadata=metadata, keys_checked=True)
-        else:
-            save_tensors(store, p, [(it.key, it.array) for it in items], tree=tree, graph=graph,
-                         metadata=metadata, keys_checked=True)
+    turn = ordering.take(_place(store, p, comm), blocking=True)  # in call order
+    try:  # the turn is held inside the progress monitor's life: one of its callbacks may
+        # save to the same place (it waits for this turn; the monitor is joined after it)
+        with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
+            with turn.held():
+                _write(items, store, p, comm, multi, tree=tree, graph=graph,
+                       metadata=metadata, node_local=node_local, base=base,
+                       incremental=incremental, max_pinned_bytes=max_pinned_bytes)
+    finally:
+        turn.end()
+
+
+def _place(store: Store, path: str, comm: Communicator | None) -> str:
+    """What orders this worker's saves (ordering.py): the directory and the worker's rank."""
+    return ordering.place(store, path, comm.rank if comm is not None else 0)
+
+
+def _write(items: Sequence[Item], store: Store, p: str, comm: Communicator | None,
+           multi: bool, *, tree: Any, graph: dict | None, metadata: dict | None,
+           node_local: int | None, base: Base | None, incremental: bool,
+           max_pinned_bytes: int | None) -> None:
+    """``write``'s work, in its turn."""
+    if has_device_values([it.array for it in items]):
+        _write_from_device(items, store, p, multi, lambda host: _write(
+            host, store, p, comm, multi, tree=tree, graph=graph, metadata=metadata,
+            node_local=node_local, base=base, incremental=incremental,
+            max_pinned_bytes=None), tree=tree, graph=graph,
+            metadata=metadata, base=base, incremental=incremental,
+            max_pinned_bytes=max_pinned_bytes)
+    elif multi:
+        assert comm is not None
+        distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
+                         tree=tree, graph=graph, metadata=metadata,
+                         node_local=node_local is not None, replicate=node_local or 0,
+                         incremental=incremental, base=base)
+    elif incremental:
+        save_incremental(store, p, [(it.key, it.array) for it in items], base, tree=tree,
+                         graph=graph, metadata=metadata, keys_checked=True)
+    else:
+        save_tensors(store, p, [(it.key, it.array) for it in items], tree=tree, graph=graph,
+                     metadata=metadata, keys_checked=True)
 
 
 def _check_incremental(incremental: bool, node_local: int | None) -> None:
@@ -367,6 +362,7 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
                                   node_local=node_local), then)
         return handle
     check_budget(max_pinned_bytes)
+    turn = ordering.take(_place(store, p, comm), blocking=False)  # in call order
     if keep is not None:  # its own budget (the manager's max_pinned_bytes)
         buffers, get, release = keep.buffers, keep.get, None
     else:
@@ -387,32 +383,23 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
             work, cleanup = stage(store, p, keys, live, staging, graph=graph,
                                   tree=tree, metadata=metadata, base=base,
                                   incremental=incremental, ring=buffers.ring_items), None
-        return _ordered(_place(store, p, comm), shown, work, then=then, release=release,
-                        cleanup=cleanup)
+        return PendingSave(shown, _in_turn(turn, work), then=then, release=release,
+                           cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
+        turn.end()
         if release is not None:
             release()
         raise
 
 
-def _ordered(url: str, shown: str, work: Callable[[], Any], **kwargs: Any) -> PendingSave:
-    """The PendingSave running ``work`` once the background save to the same place
-    that was started before it (if still running) has finished: saves to one place
-    commit in the order of their calls."""
-    gate = threading.Event()
-    earlier: list[PendingSave | None] = []
-
+def _in_turn(turn: ordering.Turn, work: Callable[[], Any]) -> Callable[[], Any]:
+    """``work`` run in ``turn``: once the earlier saves to its place ended (their
+    commits, not their callbacks: ordering.py), ending the turn when it ends."""
     def in_order() -> Any:
-        gate.wait()
-        if earlier[0] is not None:
-            earlier[0].join()
-        earlier.clear()  # hold no finished save
-        return work()
+        with turn.held():
+            return work()
 
-    handle = PendingSave(shown, in_order, **kwargs)
-    earlier.append(_earlier_save(url, handle))
-    gate.set()
-    return handle
+    return in_order
 
 
 def _mode(items: Sequence[Item], comm: Communicator | None) -> tuple[Communicator | None, bool]:
