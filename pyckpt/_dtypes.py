@@ -13,11 +13,24 @@ import re
 
 import numpy as np
 
+from .errors import DtypeUnavailableError
+
 _BUILTIN = {
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
 }
 _FIXED = re.compile(r"^(S|U)([1-9][0-9]{0,8})$|^(M8|m8)\[([0-9]*[a-zA-Z]{1,2})\]$")
+
+
+#: how to get the dtypes numpy lacks (bfloat16, float8...): ml_dtypes, a dependency
+#: of pyckpt that an environment may still lack (installed with --no-deps...)
+INSTALL_HINT = "pip install ml_dtypes"
+#: ml_dtypes' names (those it has or may add) and their bytes per element: known
+#: here so that a checkpoint holding them opens, counts and verifies without it
+_ML_WIDE = {"bfloat16": 2, "bcomplex32": 4, "complex32": 4}
+_ML_BYTE = re.compile(r"^(float[468]_e[0-9]+m[0-9]+[a-z0-9]*|u?int[124])$")
+#: metadata key of a placeholder dtype (``stored_dtype``)
+_UNDECODABLE = "pyckpt.undecodable"
 
 
 def _ml_dtypes():
@@ -45,6 +58,9 @@ _NAME_CACHE: dict[np.dtype, str] = {}
 
 def dtype_name(dtype: np.dtype) -> str:
     """The stored name of a dtype; TypeError for dtypes pyckpt cannot store."""
+    name = undecodable(dtype)  # before the cache: placeholders equal plain np.void
+    if name is not None:
+        return name
     name = _NAME_CACHE.get(dtype)
     if name is None:
         name = _dtype_name(np.dtype(dtype))
@@ -101,9 +117,59 @@ def dtype_from_name(name: str) -> np.dtype:
     ml = _ml_dtype_names().get(name)
     if ml is not None:
         return ml
-    if _ml_dtypes() is None and (name.startswith(("bfloat", "float8", "float4", "float6", "int4", "uint4", "int2", "uint2"))):
-        raise ValueError(f"dtype {name!r} needs the ml_dtypes package: pip install ml_dtypes")
+    if _ml_itemsize(name) is not None:
+        raise ValueError(f"dtype {name!r} {missing_hint()}")
     raise ValueError(f"unknown dtype {name!r}")
+
+
+def _ml_itemsize(name: str) -> int | None:
+    """Bytes per element of an ml_dtypes name (None: not one)."""
+    return _ML_WIDE.get(name) or (1 if _ML_BYTE.match(name) else None)
+
+
+def missing_hint() -> str:
+    """Why an ml_dtypes name cannot be decoded here, and the fix."""
+    ml = _ml_dtypes()
+    if ml is None:
+        return f"needs the ml_dtypes package, which is missing: {INSTALL_HINT}"
+    return (f"is unknown to the installed ml_dtypes {getattr(ml, '__version__', '')}: "
+            f"pip install -U ml_dtypes")
+
+
+def stored_dtype(name: str) -> np.dtype:
+    """``dtype_from_name`` for reading a stored checkpoint: an ml_dtypes name this
+    Python cannot decode (``missing_hint``) gives a placeholder instead of an error,
+    raw bytes of the same size (``np.void``) that ``undecodable`` recognises, so that
+    the checkpoint still opens and its bytes are counted, verified and listed; readers
+    refuse its values (``check_decodable``). ValueError for any other unknown name."""
+    try:
+        return dtype_from_name(name)
+    except ValueError:
+        size = _ml_itemsize(name)
+        if size is None:
+            raise
+        return np.dtype(f"V{size}", metadata={_UNDECODABLE: name})
+
+
+def undecodable(dtype: np.dtype) -> str | None:
+    """The stored name of a ``stored_dtype`` placeholder; None for a real dtype."""
+    md = dtype.metadata
+    return md.get(_UNDECODABLE) if md else None
+
+
+def check_decodable(dtype: np.dtype, key: str, where: str) -> None:
+    """DtypeUnavailableError naming the key, the checkpoint (``where``), the dtype and
+    the fix when ``dtype`` is a placeholder (``stored_dtype``)."""
+    name = undecodable(dtype)
+    if name is not None:
+        raise unavailable(key, name, where)
+
+
+def unavailable(key: str, name: str, where: str) -> DtypeUnavailableError:
+    """The error for tensor ``key`` of checkpoint ``where`` whose stored dtype ``name``
+    cannot be decoded here."""
+    return DtypeUnavailableError(f"tensor {key!r} of {where} has dtype {name}, which this "
+                                 f"Python cannot decode: it {missing_hint()}")
 
 
 def little_endian(arr: np.ndarray) -> np.ndarray:
@@ -150,8 +216,9 @@ def describe_dtypes(a: np.dtype, b: np.dtype) -> tuple[str, str]:
 
 def _label(dtype: np.dtype) -> str:
     """A dtype's name as users write it: the stored name for bytes, str and datetime
-    (``U22``, ``M8[D]``; numpy's ``name`` is ``str704`` for ``<U22``)."""
-    return _dtype_name(dtype) if dtype.kind in "SUMm" else dtype.name
+    (``U22``, ``M8[D]``; numpy's ``name`` is ``str704`` for ``<U22``), the stored one
+    of a placeholder (``stored_dtype``)."""
+    return _dtype_name(dtype) if dtype.kind in "SUMm" else undecodable(dtype) or dtype.name
 
 
 def source_order_view(dst: np.ndarray, src_dtype: np.dtype) -> tuple[np.ndarray, bool]:

@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointIOError",
     "CheckpointKeyError",
     "ConcurrentWriterError",
+    "DtypeUnavailableError",
 ]
 
 
@@ -76,3 +77,9 @@ class CheckpointKeyError(CheckpointError, KeyError):
 
 class ConcurrentWriterError(CheckpointError, RuntimeError):
     """Another writer holds the checkpoint directory."""
+
+
+class DtypeUnavailableError(CheckpointError, ImportError):
+    """A tensor's stored dtype (bfloat16, float8...) cannot be decoded in this Python:
+    ml_dtypes is missing or too old. The message names the key, the dtype and the
+    install command; the checkpoint itself may be healthy (``verify`` checks its bytes)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from .. import progress as _progress
+from .._dtypes import INSTALL_HINT, undecodable
 from ..checkpoint_reader import load_checkpoint
 from ..runs import sweep_orphans
 from ..errors import CheckpointError
@@ -36,20 +37,38 @@ def run(args: argparse.Namespace) -> int:
             emit_json({"path": args.path, "ok": False, "error": describe_error(e, args)})
             return 1
         return report_error(args, e, "FAILED: ")
+    src = reader.source
+    undecoded = {k: name for i, k in enumerate(src.keys)
+                 if (name := undecodable(src.dtype(i))) is not None}
     if args.json:
         out = {"path": reader.path, "ok": True, "tensors": len(reader.keys()),
-               "bytes": reader.nbytes(), "checksums": reader.source.checksums}
+               "bytes": reader.nbytes(), "checksums": src.checksums,
+               "undecodable": undecoded}
         if args.fix:
             out["removed"] = removed
         emit_json(out)
     else:
         print(f"OK: {reader.path}: {len(reader.keys())} tensors, "
-              + ("every checksum matches" if reader.source.checksums else
-                 f"every tensor read within its bounds ({reader.source.format} stores no "
+              + ("every checksum matches" if src.checksums else
+                 f"every tensor read within its bounds ({src.format} stores no "
                  "checksums: changed bytes cannot be detected)"))
+        if undecoded:
+            print(_undecodable_note(undecoded))
         if args.fix:
             print(f"removed {len(removed)} orphaned file(s)" + "".join(f"\n  {n}" for n in removed))
     return 0
+
+
+def _undecodable_note(undecoded: dict[str, str]) -> str:
+    """The note under OK for tensors whose dtype this Python cannot decode: their bytes
+    were checked, their values cannot be loaded here until ml_dtypes is installed."""
+    by_dtype: dict[str, list[str]] = {}
+    for key, name in undecoded.items():
+        by_dtype.setdefault(name, []).append(key)
+    listed = "; ".join(f"{name}: {len(keys)} tensor(s), e.g. {keys[0]!r}"
+                       for name, keys in by_dtype.items())
+    return (f"note: dtypes this Python cannot decode ({listed}): their bytes were checked; "
+            f"loading their values needs ml_dtypes: {INSTALL_HINT}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

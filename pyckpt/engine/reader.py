@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .._dtypes import check_decodable, stored_dtype, undecodable
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
 from ..format import INDEX_NAME, FileEntry, Manifest, TensorEntry, decode_index
 from ..format.source import CheckpointSource
@@ -65,6 +66,7 @@ class OpenCheckpoint(CheckpointSource):
         self.manifest = manifest
         self.options = options
         self._checked_files: set[int] = set()
+        self._undecodable: bool | None = None  # whether some dtype cannot be decoded
 
     @classmethod
     def at(cls, store: Store, path: str, options: IOOptions = DEFAULT) -> "OpenCheckpoint | None":
@@ -147,6 +149,7 @@ class OpenCheckpoint(CheckpointSource):
                    for i in idx.tolist())
 
     def read(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+        self._check_decodable(indices)
         m = self.manifest
         if m.all_plain and not any(isinstance(d, ShardedArray) for d in dsts):
             self.read_plain(indices, dsts)
@@ -162,6 +165,7 @@ class OpenCheckpoint(CheckpointSource):
             read_into_targets(self, sharded)
 
     def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:
+        self._check_decodable(indices)
         m = self.manifest
         if m.all_plain:
             return self.mmap(indices) if mmap else self.read_new_plain(indices)
@@ -170,6 +174,16 @@ class OpenCheckpoint(CheckpointSource):
         rest = [i for i in indices if not m.is_plain(i)]
         out.update(zip(rest, read_whole(self, rest)))
         return [out[i] for i in indices]
+
+    def _check_decodable(self, indices: Sequence[int]) -> None:
+        """DtypeUnavailableError before reading the values of a tensor whose dtype this
+        Python cannot decode (``_dtypes.stored_dtype``; its bytes verify all the same)."""
+        if self._undecodable is None:
+            self._undecodable = any(undecodable(stored_dtype(n))
+                                    for n in self.manifest.dtype_names.names)
+        if self._undecodable:
+            for i in indices:
+                check_decodable(self.dtype(int(i)), self.keys[int(i)], self.url)
 
     # -- pyckpt's own ------------------------------------------------------------------
     def entry(self, key: str) -> TensorEntry:

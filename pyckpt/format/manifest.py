@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .._dtypes import dtype_from_name
+from .._dtypes import stored_dtype
 from .json_scan import LazyJSON
 # the records and columns, importable from here as before the split
 from .records import (BASE_VERSION, FORMAT_VERSION, MAX_BYTES, MAX_CHUNK, MAX_NDIM, BadFn, Block,
@@ -57,7 +57,7 @@ class Manifest:
         self.files = files
         self.keys = keys if isinstance(keys, list) else list(keys)
         self.dtype_names = DtypeColumn.of(dtype_names)
-        self._dtype_table = [dtype_from_name(n) for n in self.dtype_names.names]
+        self._dtype_table = [stored_dtype(n) for n in self.dtype_names.names]
         self.shapes = ShapeColumn.of(shapes)
         self.blocks = blocks
         self.tree = tree

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._dtypes import dtype_from_name
+from .._dtypes import stored_dtype
 from ..sharded.boxes import check_partition
 from ..tree import validate_keys
 from .json_scan import LazyJSON, scan_members
@@ -210,7 +210,7 @@ class _Validator:
         raw["dtype"] = dts = None  # consumed: free the per-tensor strings now
         shapes = self.shape_column(keys, shp)
         raw["shape"] = shp = None
-        itemsize = np.array([dtype_from_name(d).itemsize for d in dtypes.names] or [0],
+        itemsize = np.array([stored_dtype(d).itemsize for d in dtypes.names] or [0],
                             dtype=np.int64)[dtypes.codes]
         nbytes = self.tensor_bytes(keys, shapes, itemsize)
         if "nblocks" in raw:
@@ -236,7 +236,7 @@ class _Validator:
                 j = next(j for j, d in enumerate(dts) if not isinstance(d, str))
                 raise bad(f"tensor {keys[j]!r}: dtype must be a string, not {dts[j]!r}")
             try:
-                dtype_from_name(name)
+                stored_dtype(name)
             except ValueError as e:
                 raise bad(f"tensor {keys[dts.index(name)]!r}: {e}") from None
         table = {name: i for i, name in enumerate(distinct)}
@@ -375,7 +375,7 @@ class _Validator:
             raise bad(f"'blocks.box' must be a list of {nb} entries")
         out: list = [None] * nb
         codes = dtypes.codes
-        itemsizes = [dtype_from_name(d).itemsize for d in dtypes.names]
+        itemsizes = [stored_dtype(d).itemsize for d in dtypes.names]
         for i, key in enumerate(keys):
             b0, b1 = int(tensor_begin[i]), int(tensor_begin[i + 1])
             if b1 - b0 == 1 and raw[b0] is None:

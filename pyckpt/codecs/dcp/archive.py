@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..._dtypes import dtype_from_name
+from ..._dtypes import stored_dtype
 from ...errors import CheckpointError, CorruptCheckpointError
 from .allowed import ARCHIVE_GLOBALS, STORAGE_DTYPES, TORCH_DTYPES, UNTYPED_STORAGE, Rebuild
 from .unpickler import Global, restricted_load
@@ -309,7 +309,7 @@ def _numpy_dtype(name: str, place: Place) -> np.dtype:
     try:
         if pyckpt_name is None:
             raise ValueError("numpy has no such dtype")
-        return dtype_from_name(pyckpt_name)
+        return stored_dtype(pyckpt_name)  # bfloat16 without ml_dtypes: bytes only
     except ValueError as e:
         raise UnsupportedDCPError(f"tensor {place.key!r} of {place.url}: torch.{name} "
                                   f"cannot be read ({e})") from None

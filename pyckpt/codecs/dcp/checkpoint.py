@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..._dtypes import dtype_from_name
+from ..._dtypes import check_decodable, stored_dtype
 from ...errors import CheckpointKeyError, CorruptCheckpointError
 from ...format.source import KeyedSource
 from ..records import read_record_file
@@ -91,8 +91,8 @@ class DCPCheckpoint(KeyedSource):
         if e.dtype_name is None:
             return OBJECT
         try:
-            return dtype_from_name(e.dtype_name)
-        except ValueError:  # ml_dtypes missing
+            return stored_dtype(e.dtype_name)  # bfloat16 without ml_dtypes: bytes only
+        except ValueError:
             return OBJECT
 
     # -- the format interface -----------------------------------------------------------
@@ -200,12 +200,15 @@ class DCPCheckpoint(KeyedSource):
         return out
 
     # -- tensors ------------------------------------------------------------------------
-    def _check_readable(self, i: int) -> None:
+    def _check_readable(self, i: int, values: bool = True) -> None:
+        """Refuses what pyckpt cannot read of tensor i; with ``values=False`` (verify:
+        bytes only) a dtype this Python cannot decode passes."""
         e = self.tensors[i]
+        if values:
+            check_decodable(self._dtypes[i], e.key, self.url)
         if self._dtypes[i] == OBJECT:
-            why = "numpy has no such dtype" if e.dtype_name is None else "ml_dtypes is missing"
             raise UnsupportedDCPError(f"tensor {e.key!r} of {self.url} is torch.{e.torch_dtype}, "
-                                      f"which pyckpt cannot read ({why})")
+                                      "which pyckpt cannot read (numpy has no such dtype)")
         if e.layout != "strided":
             raise UnsupportedDCPError(f"tensor {e.key!r} of {self.url} has layout "
                                       f"torch.{e.layout}; pyckpt reads strided tensors only")
@@ -243,7 +246,7 @@ class DCPCheckpoint(KeyedSource):
         """Reads every chunk, checking every zip entry's CRC-32 (not only those a read
         needs), and every bytes entry (the CRC-32s of those that are zip archives)."""
         for i in range(len(self.tensors)):
-            self._check_readable(i)
+            self._check_readable(i, values=False)
         self._run({(i, j): [] for i, e in enumerate(self.tensors)
                    for j in range(len(e.chunks))}, deep=True)
         raw = self._read_bytes(list(self.bytes_entries.values()))
