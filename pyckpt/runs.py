@@ -15,7 +15,7 @@ from .engine.run import step_of
 from .errors import CheckpointError
 from .format import INDEX_NAME, decode_index
 from .codecs.dcp import METADATA_NAME, DCPCheckpoint
-from .codecs.hf_folder import INDEX_FILE as HF_INDEX, HFFolder
+from .codecs.hf_folder import HFFolder, weights_file
 from .codecs.tensorflow import TensorFlowCheckpoint
 from .storage import resolve
 
@@ -34,8 +34,9 @@ def _describe(store: Any, path: str, name: str) -> dict | None:
     row = {"name": name, "path": store.url(path), "step": step_of(name)}
     if METADATA_NAME in entries and INDEX_NAME not in entries:
         return _describe_dcp(store, path, name)
-    if HF_INDEX in entries and INDEX_NAME not in entries:
-        return _describe_foreign(store, path, name, "hf-safetensors", HFFolder, HF_INDEX)
+    hf = weights_file(entries)  # model.safetensors, or the index of a sharded folder
+    if hf is not None and INDEX_NAME not in entries:
+        return _describe_foreign(store, path, name, "hf-safetensors", HFFolder, hf)
     if INDEX_NAME in entries:
         try:
             m = decode_index(store.read_bytes(store.join(path, INDEX_NAME)), store.url(path))
@@ -105,7 +106,7 @@ def list_checkpoints(path: Any, storage_options: dict | None = None) -> tuple[st
     entries = [] if tf_prefix else store.listdir(p)
     if tf_prefix:
         rows.append(_describe_tensorflow(store, p, here))
-    elif INDEX_NAME in entries or METADATA_NAME in entries or HF_INDEX in entries:  # one
+    elif INDEX_NAME in entries or METADATA_NAME in entries or weights_file(entries):  # one
         row = _describe(store, p, here)
         assert row is not None  # a directory holding an index is always described
         rows.append(row)

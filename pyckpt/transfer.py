@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from . import saving
 from .engine.copy import copy_checkpoint
-from .codecs.hf_folder import INDEX_FILE
+from .codecs import hf_folder
 from .format import INDEX_NAME
 from .format.source import CheckpointSource
 from .interop import safetensors as st
@@ -50,7 +50,7 @@ def occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
     store, path = resolve(dst, options)
     if fmt == "hf":
         return (f"{store.url(path)} already holds a Hugging Face folder"
-                if store.exists(store.join(path, INDEX_FILE)) else None)
+                if hf_folder.detect(store, path) else None)
     if fmt == "tf":
         return (f"{store.url(path)} is already a TensorFlow checkpoint"
                 if store.exists(path + ".index") else None)
@@ -64,13 +64,18 @@ def occupied(dst: str, options: dict | None, fmt: str = "pyckpt") -> str | None:
 def transfer(src: str, dst: str, fmt: str, *, source: Any = None,
              src_options: dict | None = None, dst_options: dict | None = None,
              progress: Callable[[int, int], Any] | None = None,
-             max_shard_size: Any = "5GB") -> None:
+             max_shard_size: Any = "5GB", config: Any = None) -> None:
     """Writes ``src`` at ``dst`` in format ``fmt`` (``target_format``; ``hf``: a Hugging
-    Face safetensors folder of files of at most ``max_shard_size``); ``source``: the
-    opened TensorFlow checkpoint ``src`` designates (``tensorflow_source``), if any."""
+    Face safetensors folder of files of at most ``max_shard_size``, with the
+    ``config.json`` and tokenizer files of ``config``, read with ``src_options``:
+    ``export_hf``); ``source``: the opened TensorFlow checkpoint ``src`` designates
+    (``tensorflow_source``), if any."""
+    if config is not None and fmt != "hf":
+        raise ValueError("a config is written with a Hugging Face folder only (format hf)")
     if fmt == "hf":
         st.export_hf(source if source is not None else src, dst, max_shard_size=max_shard_size,
-                     src_options=src_options, dst_options=dst_options, progress=progress)
+                     config=config, src_options=src_options, dst_options=dst_options,
+                     config_options=src_options, progress=progress)
     elif fmt == "tf":
         tfio.from_checkpoint(source if source is not None else src, dst,
                              src_options=src_options, dst_options=dst_options, progress=progress)

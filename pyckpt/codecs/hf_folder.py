@@ -1,7 +1,10 @@
-"""Hugging Face safetensors folders, as transformers' ``save_pretrained`` writes them:
-``model-0000i-of-0000N.safetensors`` files and ``model.safetensors.index.json``
-(``{"metadata": {"total_size": ...}, "weight_map": {key: file}}``), read as one
-checkpoint source (given the folder or its index file). The index must name every
+"""Hugging Face safetensors folders, as transformers' ``save_pretrained`` writes them,
+read as one checkpoint source: a model that fits one file is ``model.safetensors``
+alone (no index); a larger one is ``model-0000i-of-0000N.safetensors`` files and
+``model.safetensors.index.json`` (``{"metadata": {"total_size": ...}, "weight_map":
+{key: file}}``), given as the folder or its index file. A folder holding both is read
+as transformers' ``from_pretrained`` reads it: ``model.safetensors``. Other files
+(``config.json``, tokenizer files) are left alone. The index must name every
 tensor of every file it lists, and only those: a tensor in a file the index does
 not give it to, or a key the index gives to a file that lacks it, is refused
 (CorruptCheckpointError naming both), as is a file name that is not a plain name
@@ -21,9 +24,12 @@ from ..storage import Store
 from ..tree import check_utf8
 from .safetensors import FlatTensors, SafetensorsFile
 
-__all__ = ["INDEX_FILE", "SHARD_NAME", "detect", "HFFolder", "shard_name", "is_shard_name"]
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "SHARD_NAME", "detect", "HFFolder", "shard_name",
+           "is_shard_name", "weights_file"]
 
 INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"  # a model that fits one file: no index
+_WEIGHTS = (SINGLE_FILE, INDEX_FILE)  # what a folder's weights are, in from_pretrained's order
 SHARD_NAME = re.compile(r"^model-(\d{5,})-of-(\d{5,})\.safetensors$")
 _MAX_INDEX = 256 << 20
 
@@ -37,11 +43,18 @@ def is_shard_name(name: str) -> bool:
     return SHARD_NAME.match(name) is not None
 
 
+def weights_file(names: Any) -> str | None:
+    """Of a folder's file ``names``, the one transformers reads its weights from
+    (``model.safetensors`` before the index), or None: no Hugging Face folder."""
+    return next((n for n in _WEIGHTS if n in names), None)
+
+
 def detect(store: Store, path: str) -> bool:
-    """A folder holding ``model.safetensors.index.json``, or that index file."""
+    """A folder holding ``model.safetensors`` or ``model.safetensors.index.json``, or
+    that index file."""
     if path.endswith(".safetensors.index.json"):
         return store.exists(path) and not store.isdir(path)
-    return bool(path) and store.exists(store.join(path, INDEX_FILE))
+    return bool(path) and any(store.exists(store.join(path, n)) for n in _WEIGHTS)
 
 
 def _plain(name: Any, url: str) -> str:
@@ -59,14 +72,42 @@ class HFFolder(FlatTensors):
     format = "hf-safetensors"
 
     def __init__(self, store: Store, path: str) -> None:
-        if path.endswith(".safetensors.index.json"):
-            self.folder, self.index_path = path.rpartition("/")[0], path
-        else:
-            self.folder, self.index_path = path, store.join(path, INDEX_FILE)
         self.store = store
-        url = store.url(self.index_path)
+        if path.endswith(".safetensors.index.json"):
+            self.folder, self.weights_path = path.rpartition("/")[0], path
+        else:  # model.safetensors if there is one (the index is then not read), else the index
+            name = next((n for n in _WEIGHTS if store.exists(store.join(path, n))), INDEX_FILE)
+            self.folder, self.weights_path = path, store.join(path, name)
+        url = store.url(self.weights_path)
+        if not self.weights_path.endswith(".index.json"):  # model.safetensors alone
+            try:
+                sf = SafetensorsFile(store, self.weights_path)
+            except FileNotFoundError:
+                raise CheckpointNotFoundError(f"no Hugging Face weights at {url}") from None
+            names = {k: SINGLE_FILE for k in sf.keys}
+            self._metadata = dict(sf.metadata)
+            self.files = {SINGLE_FILE: sf}
+        else:
+            names = self._read_index(url)
+            self.files = {f: self._shard(url, f, names) for f in sorted(set(names.values()))}
+        for f, sf in self.files.items():
+            for k in sf.keys:
+                if names.get(k) != f:
+                    raise CorruptCheckpointError(
+                        f"{sf.url} holds tensor {k!r}, which {url} "
+                        + (f"gives to {names[k]}" if k in names else "does not name"))
+        for k, f in names.items():
+            if k not in self.files[f].index:
+                raise CorruptCheckpointError(f"{url} gives tensor {k!r} to {f}, which lacks it")
+        self._keys = list(names)
+        self._index = {k: i for i, k in enumerate(self._keys)}
+        self._where = [(self.files[names[k]], self.files[names[k]].index[k]) for k in self._keys]
+
+    def _read_index(self, url: str) -> dict[str, str]:
+        """The index's weight_map ({tensor: file}, every name checked); its metadata
+        becomes the source's."""
         try:
-            raw = store.read_bytes(self.index_path)
+            raw = self.store.read_bytes(self.weights_path)
         except FileNotFoundError:
             raise CheckpointNotFoundError(f"no Hugging Face index at {url}") from None
         if len(raw) > _MAX_INDEX:
@@ -84,20 +125,7 @@ class HFFolder(FlatTensors):
             raise CorruptCheckpointError(f"{url}: {e}") from None
         meta = doc.get("metadata")
         self._metadata = dict(meta) if isinstance(meta, dict) else {}
-        names = {k: _plain(f, url) for k, f in wmap.items()}
-        self.files = {f: self._shard(url, f, names) for f in sorted(set(names.values()))}
-        for f, sf in self.files.items():
-            for k in sf.keys:
-                if names.get(k) != f:
-                    raise CorruptCheckpointError(
-                        f"{sf.url} holds tensor {k!r}, which {url} "
-                        + (f"gives to {names[k]}" if k in names else "does not name"))
-        for k, f in names.items():
-            if k not in self.files[f].index:
-                raise CorruptCheckpointError(f"{url} gives tensor {k!r} to {f}, which lacks it")
-        self._keys = list(names)
-        self._index = {k: i for i, k in enumerate(self._keys)}
-        self._where = [(self.files[names[k]], self.files[names[k]].index[k]) for k in self._keys]
+        return {k: _plain(f, url) for k, f in wmap.items()}
 
     def _shard(self, url: str, name: str, names: dict[str, str]) -> SafetensorsFile:
         """The file ``name`` of the folder, opened; one that is missing is a broken

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     callback, close = progress_bar(args, "copy")
     try:
         transfer(args.src, dst, fmt, source=source, src_options=src_opts,
-                 dst_options=dst_opts, progress=callback, max_shard_size=args.max_shard_size)
+                 dst_options=dst_opts, progress=callback, max_shard_size=args.max_shard_size,
+                 config=args.config)
     except (CheckpointError, OSError, TypeError, ValueError) as e:
         return report_error(args, e, "cp failed: ")
     finally:
@@ -87,6 +88,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --format hf: the most tensor bytes per file (default 5GB; "
                         "decimal units as in transformers, 200KB = 200,000 bytes; KiB, MiB, "
                         "GiB are binary); a larger tensor gets a file of its own")
+    p.add_argument("--config", metavar="PATH",
+                   help="with --format hf: a folder whose config.json, generation_config.json "
+                        "and tokenizer files are copied beside the weights (or a config.json "
+                        "file), so that transformers' from_pretrained(DST) works; read with "
+                        "SRC's storage options")
     add_storage_options(p)
     p.add_argument("--src-storage-option", action="append", metavar="KEY=VALUE",
                    help="storage option for SRC only (repeatable), added to and overriding "

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from .. import saving
 from ..codecs.safetensors import (SafetensorsFile, check_writable, detect, dtype_name,
                                   is_safetensors_path, write_file)
-from ..codecs.hf_folder import INDEX_FILE, is_shard_name, shard_name
+from ..codecs.hf_folder import INDEX_FILE, SINGLE_FILE, is_shard_name, shard_name
 from ..errors import CheckpointError, add_note
 from ..format.source import CheckpointSource
 from ..selection import map_keys, select_keys
@@ -24,6 +24,7 @@ from ..sources import open_source
 from ..storage import resolve
 from ..tree import validate_keys
 from ..workers.comm import Communicator, SingleComm
+from .hf_files import config_files
 
 __all__ = ["is_safetensors_path", "detect", "SafetensorsFile", "to_checkpoint",
            "from_checkpoint", "export_hf", "parse_size", "dtype_name"]
@@ -132,9 +133,19 @@ def _discard(store: Any, folder: str, names: list[str], error: BaseException) ->
         add_note(error, f"the shard files written so far were left in {store.url(folder)}: {e}")
 
 
+def _reads_from(source: CheckpointSource, store: Any, folder: str) -> bool:
+    """Whether ``source`` is a safetensors file or folder in ``folder`` (an export there
+    would replace the files it reads)."""
+    url = store.url(folder).rstrip("/")
+    if source.format == "hf-safetensors":
+        return source.url.rstrip("/") == url
+    return source.format == "safetensors" and source.url.rpartition("/")[0] == url
+
+
 def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: Any = None,
-              key_map: Any = None, comm: Communicator | None = None,
+              key_map: Any = None, config: Any = None, comm: Communicator | None = None,
               src_options: dict | None = None, dst_options: dict | None = None,
+              config_options: dict | None = None,
               progress: Callable[[int, int], Any] | None = None) -> str:
     """Writes the checkpoint ``src`` (any format pyckpt reads; sharded tensors come
     assembled) as a Hugging Face safetensors folder at ``dst_dir``:
@@ -143,9 +154,15 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
     ``weight_map``), written last. ``select``/``key_map`` pick and rename keys as in
     ``pyckpt.load``. With ``comm`` every worker calls it: each writes its share of the
     files (file i by rank i mod world size), rank 0 the index once all are written.
-    Shard files of an earlier export that the new index does not name are removed.
-    Returns the folder's URL."""
+    ``config`` (``hf_files.config_files``: a dict, a ``PretrainedConfig``, or a folder
+    or file path, read with ``config_options``) writes ``config.json`` (and from a
+    folder ``generation_config.json`` and tokenizer files) before the weights, so that
+    ``from_pretrained(folder)`` works; it is read and checked before anything is
+    written. Shard files of an earlier export that the new index does not name are
+    removed, and an earlier ``model.safetensors`` (which transformers would read
+    before the index) before anything is written. Returns the folder's URL."""
     limit = parse_size(max_shard_size)
+    extra = config_files(config, config_options)
     source = open_source(src, src_options)
     keys = list(source.keys) if select is None else select_keys(list(source.keys), select)
     mapping = map_keys(keys, key_map)
@@ -156,10 +173,16 @@ def export_hf(src: Any, dst_dir: Any, *, max_shard_size: Any = "5GB", select: An
     shards = plan_shards(sizes, limit)
     files = [shard_name(j + 1, len(shards)) for j in range(len(shards))]
     store, folder = resolve(dst_dir, dst_options)
+    if _reads_from(source, store, folder):
+        raise CheckpointError(f"export_hf would replace the files it reads: {source.url} is "
+                              f"in {store.url(folder)}; export to another folder")
     rank, world = (0, 1) if comm is None else (comm.rank, comm.world_size)
     store.makedirs(folder)
-    if rank == 0:  # an earlier export's index must never name a mix of old and new files
-        store.remove(folder, [store.join(folder, INDEX_FILE)])
+    if rank == 0:  # an earlier export's index must never name a mix of old and new files,
+        # nor an earlier single file stand in for the new ones
+        store.remove(folder, [store.join(folder, n) for n in (INDEX_FILE, SINGLE_FILE)])
+        for name, data in extra.items():
+            store.write_atomic(store.join(folder, name), data)
     if comm is not None:
         comm.barrier()
     problem = None
