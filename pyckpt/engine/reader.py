@@ -13,7 +13,7 @@ from ..format import INDEX_NAME, FileEntry, Manifest, TensorEntry, decode_index
 from ..format.source import CheckpointSource
 from ..sharded import ShardedArray
 from ..storage import Store, resolve
-from . import naming, read_executor, run
+from . import naming, read_executor, references, run
 from .options import DEFAULT, IOOptions
 from .read_executor import ReadPlan
 from .sharded_read import read_into_targets, read_whole, verify_sharded
@@ -42,6 +42,15 @@ def resolve_checkpoint(store: Store, path: str) -> str:
         if latest is not None:
             return latest
         if any(naming.is_data_file(n) for n in store.listdir(path)):
+            try:
+                users = references.referenced_by(store, path)
+            except OSError:  # its parent cannot be listed: say what is known
+                users = []
+            if users:  # a retired checkpoint whose data incremental checkpoints read
+                raise CheckpointNotFoundError(
+                    f"{store.url(path)} is no checkpoint: it holds data of a retired checkpoint "
+                    f"that the incremental checkpoints {', '.join(users)} reference (held "
+                    "data, removed once none does); open one of those")
             raise CheckpointNotFoundError(
                 f"{store.url(path)} holds data files but no index: it was never committed "
                 "(an interrupted save?)")
@@ -126,12 +135,16 @@ class OpenCheckpoint(CheckpointSource):
         return self.manifest.info
 
     def describe(self) -> dict:
+        """Format version, chunk size, data files (``in``: the directory of a referenced
+        one), bytes of tensor data in its own files and in referenced ones, and ``info``
+        (who wrote it; ``info["incremental"]``: base, saves since the last full one,
+        bytes found changed: docs/FORMAT.md section 12)."""
         m = self.manifest
         own, referenced = m.own_and_referenced_bytes()
         return {"format_version": m.version, "chunk_size": m.chunk_size,
                 "files": [{"name": f.name, "bytes": f.size} if f.at is None
                           else {"name": f.name, "bytes": f.size, "in": f.at} for f in m.files],
-                "own_bytes": own, "referenced_bytes": referenced}
+                "own_bytes": own, "referenced_bytes": referenced, "info": m.info}
 
     def blocks(self, i: int) -> int:
         b = self.manifest.blocks

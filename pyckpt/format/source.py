@@ -84,7 +84,8 @@ class CheckpointSource(abc.ABC):
         return {}
 
     def describe(self) -> dict:
-        """Format-specific facts for ``pyckpt inspect`` (files, chunk size...)."""
+        """Format-specific facts for ``pyckpt inspect`` (files, chunk size...; pyckpt's
+        also ``info``, with ``info["incremental"]`` for incremental saves)."""
         return {}
 
     def blocks(self, i: int) -> int:
