@@ -107,3 +107,11 @@ def test_export_onto_the_folder_it_reads_is_refused(tmp_path, sharded):
             export_hf(folder / "model.safetensors", folder)
     assert sorted(os.listdir(folder)) == before
     _equal(pyckpt.load(folder), model)
+
+
+def test_a_link_in_model_safetensors_place_is_refused(tmp_path):
+    _, folder = _saved(tmp_path, sharded=False)
+    os.rename(folder / "model.safetensors", tmp_path / "elsewhere.safetensors")
+    os.symlink(tmp_path / "elsewhere.safetensors", folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match="symbolic link"):
+        pyckpt.load(folder)
