@@ -24,12 +24,51 @@ SLOW = (
 )
 
 
+# Tests run in parallel (pytest-xdist, `-n` in pyproject.toml): most of the suite waits
+# on servers, subprocesses and disks, not on the 2 cores. These measure the machine
+# itself (resident memory, stall deadlines, processes left running) and run alone:
+# each takes every other worker's turn (`_turn` below), one at a time.
+EXCLUSIVE = (
+    "tests/memory/", "tests/stores/test_stalls.py", "tests/stores/test_server_leftovers.py",
+    "tests/stores/test_exit_when_store_dies.py", "tests/stores/test_fault_proxy.py",
+    "tests/stores/test_route_conformance.py", "tests/multiworker/test_protocol.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     root = str(config.rootpath)
     for item in items:
         node = os.path.relpath(str(item.path), root).replace(os.sep, "/") + "::" + item.name
         if node.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+        if node.startswith(EXCLUSIVE):
+            item.add_marker(pytest.mark.exclusive)
+
+
+@pytest.fixture(autouse=True)
+def _turn(request, tmp_path_factory):
+    """Under pytest-xdist: every test holds a shared lock on a file all workers see,
+    an ``exclusive`` test an exclusive one. A gate lock, taken briefly by every test
+    on its way in and held by an exclusive test throughout, lets an exclusive test in
+    once the running tests end, without waiting for the workers to run dry."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent
+    gate = open(shared / "pyckpt-turn-gate", "a+b")
+    main = open(shared / "pyckpt-turn", "a+b")
+    alone = request.node.get_closest_marker("exclusive") is not None
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        gate.close()  # closing releases the locks
+        main.close()
 
 
 @pytest.fixture
