@@ -1,5 +1,6 @@
-"""``pyckpt inspect PATH [KEY]``: keys with dtype/shape/bytes, the object graph,
-metadata; or one tensor's summary statistics."""
+"""``pyckpt inspect PATH [KEY]``: keys with dtype/shape/bytes, the values that are no
+tensors (str, bytes, None: ``load`` returns them too), the object graph, metadata; or
+one tensor's summary statistics, or one such value."""
 
 from __future__ import annotations
 
@@ -37,9 +38,45 @@ def tensor_stats(arr: np.ndarray) -> dict:
     return out
 
 
+#: keys longer than this are printed on a line of their own, the columns under them
+KEY_WIDTH = 60
+#: characters of a value shown in the table of values (``inspect KEY`` shows it all)
+VALUE_WIDTH = 60
+
+
+def _value_row(key: str, value: Any) -> dict[str, Any]:
+    """A value that is no tensor (str, bytes or None), for the summary: bytes by their
+    length (``head``: the first 32), the others as they are."""
+    row: dict[str, Any] = {"key": key, "type": "None" if value is None else type(value).__name__}
+    if isinstance(value, bytes):
+        row.update(bytes=len(value), head=repr(value[:32]))
+    else:
+        row["value"] = value
+    return row
+
+
+def _one_value(args: argparse.Namespace, key: str, value: Any) -> int:
+    """``inspect PATH KEY`` of a value that is no tensor: its type and value (bytes: its
+    length and first 256 bytes)."""
+    row = _value_row(key, value)
+    if isinstance(value, bytes):
+        row["head"] = repr(value[:256]) + (" ..." if len(value) > 256 else "")
+    if args.json:
+        emit_json(row)
+    else:
+        for k, v in row.items():
+            print(f"{k:6s} {printable(v if k in ('key', 'head') else repr(v) if k == 'value' else v)}")
+    return 0
+
+
 def _one_tensor(args: argparse.Namespace, reader: Any) -> int:
-    """``inspect PATH KEY``: that tensor's ``tensor_stats``, read under a progress bar."""
+    """``inspect PATH KEY``: that tensor's ``tensor_stats``, read under a progress bar
+    (or a value that is no tensor: ``_one_value``)."""
     src = reader.source
+    if args.key not in src.index:
+        values = reader.text_values()
+        if args.key in values:
+            return _one_value(args, args.key, values[args.key])
     i = src.index_of(args.key)  # an unknown key fails before the bar appears
     callback, close = progress_bar(args, "read")
     try:
@@ -73,6 +110,7 @@ def _summary(reader: Any) -> dict[str, Any]:
                    else src.nbytes([i])), "blocks": src.blocks(i)}
         for i, k in sorted(enumerate(src.keys), key=lambda ik: natural_key(ik[1]))]
     graph = src.graph
+    values = reader.text_values()
     return {
         "path": reader.path, "format": src.format, **facts,
         "bytes": sum(t["bytes"] for t in tensors), "info": src.info, "metadata": src.metadata,
@@ -80,6 +118,7 @@ def _summary(reader: Any) -> dict[str, Any]:
             "nodes": len(graph["value"]), "values": sum(v is not None for v in graph["value"]),
             "root_edges": [e[0] for e in graph["children"][0]]},
         "tensors": tensors,
+        "values": [_value_row(k, values[k]) for k in sorted(values, key=natural_key)],
     }
 
 
@@ -87,11 +126,19 @@ def _print_summary(summary: dict[str, Any], fmt: str) -> None:
     """The human-readable form of ``_summary`` (``fmt``: the source's format name)."""
     facts, info, tensors = summary, summary["info"], summary["tensors"]
     print(f"checkpoint  {summary['path']}")
-    where = (f", {len(facts['files'])} data file(s), checksum chunk {human(facts['chunk_size'])}"
-             if "chunk_size" in facts else
-             f", {len(facts['files'])} data file(s) ({facts.get('layout', fmt)})"
-             if "files" in facts else f" ({fmt})")
-    print(f"size        {human(summary['bytes'])} in {len(tensors)} tensors{where}")
+    scalars = sum(not t["shape"] for t in tensors)
+    print(f"tensors     {len(tensors)}" + (f" ({scalars} of them 0-d, single numbers)" if scalars else "")
+          + f", {human(summary['bytes'])} of values")
+    if summary["values"]:
+        print(f"values      {len(summary['values'])} that are no tensors (str, bytes, None), "
+              "listed after the tensors")
+    if "files" in facts:
+        on_disk = sum(f.get("bytes") or 0 for f in facts["files"] if "in" not in f)
+        print(f"files       {len(facts['files'])} data file(s), {human(on_disk)} in its directory"
+              + (f", checksum chunk {human(facts['chunk_size'])}" if "chunk_size" in facts else
+                 f" ({facts.get('layout', fmt)})"))
+    else:
+        print(f"format      {fmt}")
     if facts.get("referenced_bytes"):
         held = sorted({f["in"] for f in facts["files"] if "in" in f})
         print(f"incremental {human(facts['own_bytes'])} held itself, "
@@ -110,13 +157,29 @@ def _print_summary(summary: dict[str, Any], fmt: str) -> None:
     if og is not None:
         print(f"objects     {og['nodes']} nodes, {og['values']} values; root edges: "
               f"{', '.join(printable(e) for e in og['root_edges'])}")
+    rows = [(printable(t["key"]), f"{t['dtype']:10s} {str(tuple(t['shape'])):18s} "
+             f"{human(t['bytes']):>10s}" + (f"  ({t['blocks']} blocks)" if t["blocks"] > 1 else ""))
+            for t in tensors]
+    rows += [(printable(v["key"]), f"{v['type']:10s} " + _shown(v)) for v in summary["values"]]
+    width = min(max([len(k) for k, _ in rows] + [3]), KEY_WIDTH)
     print()
-    shown = [printable(t["key"]) for t in tensors]
-    width = max([len(k) for k in shown] + [3])
-    for t, key in zip(tensors, shown):
-        extra = f"  ({t['blocks']} blocks)" if t["blocks"] > 1 else ""
-        print(f"{key:{width}s}  {t['dtype']:10s} {str(tuple(t['shape'])):18s} "
-              f"{human(t['bytes']):>10s}{extra}")
+    for n, (key, columns) in enumerate(rows):
+        if n == len(tensors) and n:
+            print()
+        if len(key) > width:  # whole (to copy for inspect KEY), the columns under it
+            print(key)
+            key = ""
+        print(f"{key:{width}s}  {columns}")
+
+
+def _shown(row: dict[str, Any]) -> str:
+    """A value of the values table, cut to VALUE_WIDTH characters."""
+    if "bytes" in row:
+        text = f"{human(row['bytes'])}: {row['head']}"
+    else:
+        text = "" if row["value"] is None else repr(row["value"])
+    text = printable(text)
+    return text if len(text) <= VALUE_WIDTH else text[:VALUE_WIDTH - 3] + "..."
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,15 +202,19 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds the ``inspect`` subcommand to the command line's subparsers."""
     p = sub.add_parser("inspect", help="show keys, dtypes, shapes, metadata; or one tensor's stats",
-                       description="Shows a checkpoint's summary and its tensors (key, dtype, "
-                       "shape, bytes) in natural key order, or with KEY that tensor's summary "
-                       "statistics.")
+                       description="Shows a checkpoint's summary, its tensors (key, dtype, "
+                       "shape, bytes of values) and its values that are no tensors (str, bytes, "
+                       "None) in natural key order, or with KEY that tensor's summary "
+                       "statistics (or that value). The tensors line counts the bytes of their "
+                       "values; the files line the bytes of the data files in the checkpoint's "
+                       "directory (what pyckpt ls shows as OWNED).")
     p.add_argument("path", help="checkpoint, run directory (its latest checkpoint), "
                                 ".safetensors file or TensorFlow checkpoint prefix (dir/ckpt-5): "
                                 "a local path or an fsspec URL")
     p.add_argument("key", nargs="?", help="a tensor's key (e.g. params/w): read it and show its "
                                           "dtype, shape, min/max/mean/std, NaN/inf counts and "
-                                          "first values")
+                                          "first values; or the key of a value that is no "
+                                          "tensor: its type and value")
     add_storage_options(p)
     add_output_options(p)
     p.set_defaults(fn=run)
