@@ -14,10 +14,11 @@ Two ways to save, chosen per save (``plan_mode``):
 
 - *selective*: fingerprint every tensor first, then write only the changed ones;
 - *full*: write every tensor, fingerprinting on the side while the writers run
-  (no reference; the next save's base): the first save, every ``full_every``-th save
-  (bounds how far back references reach), and whenever the base's own save found
-  more than ``FULL_ABOVE`` of its bytes changed (there, hashing before writing would
-  only add time to a save that writes nearly everything anyway).
+  (no reference; the next save's base): the first save, one save in every
+  ``full_every`` (the ``full_every``-th after the last full one: saves 1, 11, 21...
+  with 10; bounds how far back references reach), and whenever the base's own save
+  found more than ``FULL_ABOVE`` of its bytes changed (there, hashing before writing
+  would only add time to a save that writes nearly everything anyway).
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def stats(manifest: Manifest) -> dict:
 
 
 def plan_mode(base: Base | None) -> str:
-    """"selective" or "full" (module doc)."""
+    """"selective" or "full" (module doc). A full save and the selective ones after it
+    form a chain; the base is save ``since_full + 1`` of its chain (``record``), and the
+    next save starts a new chain once this one holds ``full_every`` saves: one save in
+    every ``full_every`` is full (saves 1, 11, 21... with 10)."""
     if base is None or base.manifest.blocks.hashes is None:
         return "full"
     st = stats(base.manifest)
