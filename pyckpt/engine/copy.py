@@ -7,10 +7,15 @@ its CRC-32C (``read_executor.read_window``), and the bytes (padding included)
 are appended to the destination file. The destination gets new file names (a new attempt id)
 and its index is written last, so a copy is committed atomically like a save,
 and a corrupt source fails the copy before anything is committed.
+
+A file an incremental checkpoint references in another checkpoint's directory holds
+that checkpoint's data too: the copy takes only the blocks the checkpoint reads,
+packed into a new file (``_packed``), and the copied index gives their new offsets.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -18,6 +23,7 @@ import numpy as np
 from ..format import Manifest
 from ..errors import CheckpointError, CorruptCheckpointError
 from ..format.manifest import FileEntry, build_manifest
+from ..format.records import BlockTable
 from ..storage import LeftoverUploads, resolve
 from ..storage.streamed import earlier_uploads_of, write_stream
 from . import naming
@@ -79,6 +85,73 @@ def _verified(ck: Any, f: int, window: int,
         if on_bytes is not None:
             on_bytes(len(data))
         yield data
+
+
+def _packed_layout(m: Manifest, f: int, alignment: int) -> tuple[dict[int, int], int]:
+    """({block: new offset}, new size) of data file ``f`` (referenced) holding only the
+    checkpoint's own blocks of it, in their order, each at ``alignment``."""
+    b = m.blocks
+    sel = np.nonzero((b.file == f) & (b.nbytes > 0))[0]
+    sel = sel[np.argsort(b.offset[sel], kind="stable")]
+    out: dict[int, int] = {}
+    at = 0
+    for j in sel.tolist():
+        at = -(-at // alignment) * alignment
+        out[j] = at
+        at += int(b.nbytes[j])
+    return out, at
+
+
+def _packed(ck: Any, f: int, offsets: dict[int, int], window: int,
+            on_bytes: Callable[[int], Any] | None = None) -> Iterator[Any]:
+    """The bytes of the packed file ``_packed_layout`` plans: the blocks of ``offsets``
+    read from file ``f`` (neighbours together, at most ``window`` bytes a read, gaps of
+    other checkpoints' data up to a chunk read along), every chunk checked."""
+    m = ck.manifest
+    b = m.blocks
+    cs = m.chunk_size
+    ck.check_files([f])
+    src = ck.file_path(f)
+    step = max(cs, window // cs * cs)
+    pieces = []  # (old begin, old end, key, block, lo, hi, new begin)
+    for j, new in offsets.items():
+        off, n = int(b.offset[j]), int(b.nbytes[j])
+        key = m.keys[int(np.searchsorted(b.tensor_begin, j, side="right")) - 1]
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            pieces.append((off + lo, off + hi, key, j, lo, hi, new + lo))
+    groups: list[list] = []
+    for p in pieces:
+        g = groups[-1] if groups else None
+        if g is not None and p[1] - g[0][0] <= window and p[0] - g[-1][1] <= cs:
+            g.append(p)
+        else:
+            groups.append([p])
+    at = 0
+    for g in groups:
+        begin, end = g[0][0], max(p[1] for p in g)
+        plan = ck.plan_ranges([p[2] for p in g], np.array([p[3] for p in g]),
+                              np.array([p[4] for p in g]), np.array([p[5] for p in g]))
+        data = memoryview(read_window(ck.store, src, begin, end, plan, cs, ck.options)).cast("B")
+        for p in g:
+            if p[6] > at:
+                yield bytes(p[6] - at)  # alignment padding
+            yield data[p[0] - begin:p[1] - begin]
+            at = p[6] + p[1] - p[0]
+        if on_bytes is not None:
+            on_bytes(end - begin)
+
+
+def _packed_blocks(m: Manifest, moved: dict[int, int]) -> Any:
+    """``m``'s blocks with the offsets of ``moved`` ({block: new offset})."""
+    b = m.blocks
+    offset = b.offset.copy()
+    for j, new in moved.items():
+        offset[j] = new
+    referenced = np.array([f.at is not None for f in m.files] + [False])
+    offset[referenced[np.minimum(b.file, len(m.files))] & (b.nbytes == 0)] = 0
+    return BlockTable(b.file, offset, b.nbytes, b.box, b.tensor_begin, b.crcs, m.chunk_size,
+                      b.hashes)
 
 
 def copy_file(ck: Any, f: int, store: Any, dst: str,
@@ -167,7 +240,8 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                     base: Base | None = None) -> str:
     """Copies the committed checkpoint ``src`` to ``dst`` (any stores), verifying
     every chunk; commits the copy last; returns its URL. The copy is self-contained
-    (the files an incremental checkpoint references are copied into it too), unless
+    (of the files an incremental checkpoint references, the blocks it reads are
+    copied into it too, packed: ``_packed``), unless
     ``base`` (a checkpoint beside ``dst``: a tier persist of an incremental run) is
     given: then the tensors whose fingerprints equal the base's are referenced there
     and only the others are copied (``copy_referencing``)."""
@@ -179,7 +253,11 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
             and m.all_plain:
         return copy_referencing(ck, store, path, base, progress)
     attempt = naming.new_attempt_id()
-    total = sum(f.size for f in m.files)
+    # a referenced file: only the blocks this checkpoint reads, packed (module doc)
+    packed = {f: _packed_layout(m, f, ck.options.alignment)
+              for f, entry in enumerate(m.files) if entry.at is not None}
+    sizes = [packed[f][1] if f in packed else entry.size for f, entry in enumerate(m.files)]
+    total = sum(sizes)
     done = 0
     new_files: list[FileEntry] = []
     attempts.begin(store, path, attempt)  # its uploads are its own (stale_uploads.py)
@@ -187,7 +265,7 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     try:
         for f, entry in enumerate(m.files):
             name = naming.data_file_name(attempt, 0, f)
-            new_files.append(FileEntry(name, entry.size))
+            new_files.append(FileEntry(name, sizes[f]))
 
             def count(n: int) -> None:
                 nonlocal done
@@ -195,14 +273,21 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                 if progress is not None:
                     progress(done, total)
 
-            copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep)
+            if f in packed:
+                moved = packed[f][0]
+                write_stream(store, store.join(path, name), sizes[f],
+                             functools.partial(_packed, ck, f, moved, WINDOW, count), sweep)
+            else:
+                copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep)
             sweep = None  # one sweep per copy
     except BaseException:  # before the commit: nothing of this attempt can be committed
         discard(store, path, new_files)
         attempts.end(store, path, attempt)
         raise
+    moves = {j: new for offsets, _ in packed.values() for j, new in offsets.items()}
     copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
-                      dtype_names=m.dtype_names, shapes=m.shapes, blocks=m.blocks,
+                      dtype_names=m.dtype_names, shapes=m.shapes,
+                      blocks=_packed_blocks(m, moves) if packed else m.blocks,
                       tree=m.tree, metadata=m.metadata, graph=m.graph,
                       info=_fingerprinted_info(m, attempt, ck.url))
     try:
