@@ -191,21 +191,27 @@ def test_a_blocking_save_from_a_completion_callback_does_not_deadlock(tmp_path, 
     np.testing.assert_array_equal(pyckpt.load(path)["a"], third["a"])
 
 
-def test_a_save_from_a_progress_callback_does_not_deadlock(tmp_path):
-    """The progress monitor is joined after the turn ended: a callback that saves to the
-    same place waits for the running save, then commits after it."""
+def test_a_save_from_a_progress_callback_does_not_deadlock(tmp_path, monkeypatch):
+    """The progress monitor (its own thread) is joined after the save's turn ended: a
+    callback that saves to the same place waits for the running save's commit, then
+    commits after it (a turn held across the join would wait for it forever)."""
     path = str(tmp_path / "ckpt")
-    done = []
+    gate = Gate(monkeypatch)
+    called, nested_done, where = threading.Event(), threading.Event(), []
 
     def progress(done_bytes, total):
-        if not done:
-            done.append(True)
-            pyckpt.save(NEW, path)
+        if not called.is_set():
+            where.append(threading.current_thread())
+            called.set()
+            pyckpt.save(NEW, path)  # called later than the save reporting progress
+            nested_done.set()
 
-    t, errors = _in_thread(lambda: pyckpt.save({"a": np.ones(1 << 20, np.float32)}, path,
-                                               progress=progress))
+    t, errors = _in_thread(lambda: pyckpt.save(OLD, path, progress=progress))
+    assert gate.entered.wait(WAIT) and called.wait(WAIT)  # the monitor calls it meanwhile
+    _finished_or_queued(where[0], nested_done.is_set)
+    gate.release.set()
     _join(t, errors)
-    assert done
+    assert nested_done.is_set()
     np.testing.assert_array_equal(pyckpt.load(path)["a"], NEW["a"])
 
 
