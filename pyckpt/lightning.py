@@ -4,6 +4,9 @@
 ``AsyncCheckpointIO``) writes every checkpoint Lightning makes (``ModelCheckpoint``,
 ``trainer.save_checkpoint``) as a pyckpt checkpoint at that path or fsspec URL, and
 ``trainer.fit(model, ckpt_path=...)`` resumes from one (docs/API.md section 16).
+The Trainer may be ``lightning``'s or ``pytorch_lightning``'s: the plugin subclasses
+the base class of each installed. ``load_from_checkpoint(Model, path, ...)`` is
+``Model.load_from_checkpoint(path, ...)`` for a pyckpt checkpoint.
 
 How a checkpoint dict is stored:
 
@@ -34,7 +37,9 @@ from __future__ import annotations
 
 import collections
 import importlib
+import sys
 import threading
+import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -55,30 +60,42 @@ from .storage import resolve
 from .tree import as_array_leaf, describe_value, static_leaf, validate_keys
 from .workers.comm import SingleComm
 
-__all__ = ["CheckpointIO"]
+__all__ = ["CheckpointIO", "load_from_checkpoint"]
 
 
-def _lightning() -> tuple[Any, Any]:
-    """(CheckpointIO base class, AttributeDict) of the installed Lightning: the
-    ``lightning`` package if importable, else ``pytorch_lightning``."""
-    for top, fabric in (("lightning", "lightning.fabric"),
-                        ("pytorch_lightning", "lightning_fabric")):
+#: the modules of Lightning's base classes, one per package: ``lightning`` has its own
+#: copy (``lightning.fabric``), ``pytorch_lightning`` uses ``lightning_fabric``
+_FABRICS = ("lightning.fabric", "lightning_fabric")
+
+
+def _lightnings() -> list[tuple[str, Any, Any]]:
+    """(module, CheckpointIO base class, AttributeDict) of each Lightning installed.
+
+    The two packages' classes are distinct, and each Trainer checks its plugins with
+    its own (``isinstance(plugin, CheckpointIO)``), so the plugin subclasses every one
+    installed: ``lightning.Trainer`` and ``pytorch_lightning.Trainer`` both accept it."""
+    found = []
+    for fabric in _FABRICS:
         try:
-            importlib.import_module(top)
+            plugins = importlib.import_module(fabric + ".plugins")
         except ImportError:
             continue
-        plugins = importlib.import_module(fabric + ".plugins")
         data = importlib.import_module(fabric + ".utilities.data")
-        return plugins.CheckpointIO, data.AttributeDict
-    raise ImportError('pyckpt.lightning needs Lightning: pip install "pyckpt[lightning]" '
-                      "(neither lightning nor pytorch_lightning is installed)")
+        found.append((fabric, plugins.CheckpointIO, data.AttributeDict))
+    if not found:
+        raise ImportError('pyckpt.lightning needs Lightning: pip install "pyckpt[lightning]" '
+                          "(neither lightning nor pytorch_lightning is installed)")
+    return found
 
 
 if TYPE_CHECKING:  # mypy sees no Lightning (its types vary by package and version)
     _Base = object
-    _AttributeDict = dict
+    _ATTRIBUTE_DICTS: dict[str, type] = {}
 else:
-    _Base, _AttributeDict = _lightning()
+    _FOUND = _lightnings()
+    _ATTRIBUTE_DICTS = {fabric: attribute_dict for fabric, _, attribute_dict in _FOUND}
+    _Base = (_FOUND[0][1] if len(_FOUND) == 1 else  # one class deriving from both
+             types.new_class("_LightningCheckpointIO", tuple(base for _, base, _ in _FOUND)))
 
 #: the metadata entry of the types the tree cannot say, and its format
 _META = "pyckpt.lightning"
@@ -86,7 +103,9 @@ _FORMAT = 1
 _MAX_DEPTH = 512
 _SCALARS = (bool, int, float, complex)
 _DICTS: dict[type, str | None] = {dict: None, collections.OrderedDict: "OrderedDict",
-                                  _AttributeDict: "AttributeDict"}
+                                  **{t: "AttributeDict" for t in _ATTRIBUTE_DICTS.values()}}
+#: an AttributeDict's class -> its module (kept in its type record: it comes back as itself)
+_FABRIC_OF = {t: fabric for fabric, t in _ATTRIBUTE_DICTS.items()}
 _SEQUENCES: dict[type, str] = {list: "l", tuple: "u", torch.Size: "u"}
 _SPECIAL_PARTS = {"": "%", ".": "%2E", "..": "%2E%2E"}
 
@@ -149,6 +168,8 @@ class _Encoder:
             if not _plain_json(extra["_metadata"]):
                 raise TypeError(f"{_where(path)}._metadata holds values other than str-keyed "
                                 "dicts of numbers and strings: pyckpt cannot store it")
+        if tag == "AttributeDict":
+            extra["lightning"] = _FABRIC_OF[type(node)]
         if attrs:
             raise TypeError(f"{_where(path)} is {describe_value(node)} with attributes "
                             f"{sorted(attrs)}: pyckpt cannot store them")
@@ -219,8 +240,10 @@ def _rebuild(tag: str, value: Any, extra: dict, where: str) -> Any:
             versions = collections.OrderedDict(extra["_metadata"])
             out._metadata = versions  # type: ignore[attr-defined]
         return out
-    if tag == "AttributeDict":
-        return _AttributeDict(value)
+    if tag == "AttributeDict":  # the package's recorded, else an installed one
+        fabric = extra.get("lightning")
+        cls = _ATTRIBUTE_DICTS.get(fabric) if isinstance(fabric, str) else None
+        return (cls or next(iter(_ATTRIBUTE_DICTS.values())))(value)
     if tag == "torch.Size":
         return torch.Size(value)
     if tag == "bytearray":
@@ -449,3 +472,52 @@ class CheckpointIO(_Base):
 
     def __repr__(self) -> str:
         return f"pyckpt.lightning.CheckpointIO(blocking={self.blocking})"
+
+
+# -- LightningModule.load_from_checkpoint for pyckpt checkpoints ----------------------------
+
+def _package_of(cls: Any) -> str:
+    """The Lightning package (``lightning.pytorch`` or ``pytorch_lightning``) whose
+    ``LightningModule`` or ``LightningDataModule`` ``cls`` subclasses."""
+    for top in ("lightning.pytorch", "pytorch_lightning"):
+        pl = sys.modules.get(top)  # a class of a package means the package is imported
+        if (pl is not None and isinstance(cls, type)
+                and issubclass(cls, (pl.LightningModule, pl.LightningDataModule))):
+            return top
+    what = (f"{cls.__module__}.{cls.__qualname__}" if isinstance(cls, type)
+            else describe_value(cls))
+    raise TypeError(f"pyckpt.lightning.load_from_checkpoint: {what} is not a LightningModule "
+                    "or LightningDataModule class")
+
+
+def load_from_checkpoint(cls: Any, checkpoint_path: Any, map_location: Any = None,
+                         hparams_file: Any = None, strict: bool | None = None,
+                         weights_only: bool | None = None, *,
+                         storage_options: dict | None = None, **kwargs: Any) -> Any:
+    """``cls.load_from_checkpoint(checkpoint_path, ...)`` for a pyckpt checkpoint (which
+    Lightning's own reads with ``torch.load``, so it cannot open the directory): the
+    ``LightningModule`` (or ``LightningDataModule``) ``cls`` built from the checkpoint's
+    hyperparameters (``kwargs`` override them; ``hparams_file``: a ``.yaml`` or ``.csv``
+    file replacing them), its ``on_load_checkpoint`` called, the state dict loaded
+    (``strict``), as Lightning does. Tensors are loaded to the CPU, or to
+    ``map_location`` (a device name or ``torch.device``), and the model is moved there.
+    ``weights_only`` is accepted and changes nothing: pyckpt never unpickles anything."""
+    top = _package_of(cls)
+    loading = importlib.import_module(top + ".core.saving")
+    migration = importlib.import_module(top + ".utilities.migration")
+    device = _device(map_location)
+    checkpoint = CheckpointIO(storage_options).load_checkpoint(checkpoint_path, map_location)
+    checkpoint, _ = migration.migrate_checkpoint(checkpoint)  # (one of an older Lightning)
+    if hparams_file is not None:
+        suffix = str(hparams_file).rpartition(".")[2].lower()
+        if suffix not in ("csv", "yml", "yaml"):
+            raise ValueError(f"hparams_file must be a .csv, .yml or .yaml file, got {hparams_file!r}")
+        read = (loading.load_hparams_from_tags_csv if suffix == "csv"
+                else loading.load_hparams_from_yaml)
+        checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY] = read(hparams_file)
+    checkpoint.setdefault(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}).update(kwargs)
+    pl = sys.modules[top]
+    if issubclass(cls, pl.LightningDataModule):
+        return loading._load_state(cls, checkpoint, **kwargs)
+    model = loading._load_state(cls, checkpoint, strict=strict, **kwargs)
+    return model if device is None else model.to(device)
