@@ -3,8 +3,8 @@
 Every save (``saving.write`` blocking, ``saving.start`` in the background) takes a
 ``Turn`` for its place when it is called: the directory's identity and the worker's
 rank (``place``). Its writing and commit run once every earlier turn of that place
-ended, so the last call's values are the ones left (docs/API.md, "Saves of one
-process to one path").
+ended, so the last call's values are the ones left (docs/PROTOCOL.md section 5,
+"Order of saves").
 
 Why it never deadlocks (docs/PROTOCOL.md section 5, "Order of saves"):
 
