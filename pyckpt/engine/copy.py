@@ -156,13 +156,19 @@ def _packed_blocks(m: Manifest, moved: dict[int, int]) -> Any:
 
 def copy_file(ck: Any, f: int, store: Any, dst: str,
               on_bytes: Callable[[int], Any] | None = None, window: int = WINDOW,
-              leftovers: LeftoverUploads | None = None) -> None:
+              leftovers: LeftoverUploads | None = None,
+              packed: tuple[dict[int, int], int] | None = None) -> None:
     """Streams data file ``f`` of the open checkpoint ``ck`` to ``dst`` in ``store``,
     checking every chunk on the way, ``window`` bytes at a time (``on_bytes`` is
     called after each), through the store's guarded write: on failure the caller
-    deletes ``dst``. ``leftovers``: what the store may clean up beside it."""
+    deletes ``dst``. ``leftovers``: what the store may clean up beside it.
+    ``packed``: only the blocks a ``_packed_layout`` plans, at its new offsets."""
     # through the store's guarded write (retries, stall limits, bounded cleanup):
     # no streamed file object of a remote store is ever left open
+    if packed is not None:
+        write_stream(store, dst, packed[1],
+                     functools.partial(_packed, ck, f, packed[0], window, on_bytes), leftovers)
+        return
     write_stream(store, dst, ck.manifest.files[f].size,
                  lambda: _verified(ck, f, window, on_bytes), leftovers)
 
@@ -273,12 +279,8 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
                 if progress is not None:
                     progress(done, total)
 
-            if f in packed:
-                moved = packed[f][0]
-                write_stream(store, store.join(path, name), sizes[f],
-                             functools.partial(_packed, ck, f, moved, WINDOW, count), sweep)
-            else:
-                copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep)
+            copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep,
+                      packed=packed.get(f))
             sweep = None  # one sweep per copy
     except BaseException:  # before the commit: nothing of this attempt can be committed
         discard(store, path, new_files)
