@@ -36,12 +36,13 @@ returns from ``save_checkpoint`` once every value is copied to host memory
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
 import sys
 import threading
 import types
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -348,6 +349,10 @@ class CheckpointIO(_Base):
       same path waits for it first; every call raises the error of a background save
       that failed before it; ``teardown()`` (Lightning calls it when ``fit`` ends) and
       ``wait()`` wait for every pending save and raise the first error.
+
+    A save and a removal of one path, from any threads, take turns (Lightning's
+    ``AsyncCheckpointIO`` saves in a thread of its own while ``ModelCheckpoint``
+    removes older checkpoints from the trainer's thread).
     """
 
     def __init__(self, storage_options: dict | None = None, *, blocking: bool = True) -> None:
@@ -364,10 +369,28 @@ class CheckpointIO(_Base):
         self._starting = threading.Lock()  # one background save starts at a time
         self._pending: dict[str, saving.PendingSave] = {}
         self._errors: list[BaseException] = []
+        self._claims = threading.Condition()  # guards the one below
+        self._busy: set[str] = set()  # paths a save or removal is working on
+
+    @contextlib.contextmanager
+    def _claim(self, url: str) -> Iterator[None]:
+        """Holds ``url`` for one save or removal: another one of the same path, from
+        another thread, waits (Lightning's ``AsyncCheckpointIO`` saves in a thread of
+        its own, and ``ModelCheckpoint`` removes an older checkpoint from the trainer's
+        thread, maybe while it is being written)."""
+        with self._claims:
+            self._claims.wait_for(lambda: url not in self._busy)
+            self._busy.add(url)
+        try:
+            yield
+        finally:
+            with self._claims:
+                self._busy.discard(url)
+                self._claims.notify_all()
 
     def __getstate__(self) -> dict:  # a plugin travels to spawned workers: no threads
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_lock", "_starting", "_pending", "_errors")}
+                if k not in ("_lock", "_starting", "_pending", "_errors", "_claims", "_busy")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -389,12 +412,14 @@ class CheckpointIO(_Base):
         store, p = resolve(path, options)
         url = store.url(p)
         if self.blocking:
-            self._settle(url)
-            items, skeleton, metadata = _encode(checkpoint)
-            saving.write(items, path, storage_options=options, comm=SingleComm(),
-                         tree=skeleton, metadata=metadata)
+            with self._claim(url):
+                self._settle(url)
+                items, skeleton, metadata = _encode(checkpoint)
+                saving.write(items, path, storage_options=options, comm=SingleComm(),
+                             tree=skeleton, metadata=metadata)
             return
-        with self._starting:  # (saves from several threads: none overtakes another)
+        # (saves from several threads: none overtakes another)
+        with self._starting, self._claim(url):
             self._settle(url)
             items, skeleton, metadata = _encode(checkpoint)
             handle = saving.start(items, path, storage_options=options, comm=SingleComm(),
@@ -426,14 +451,15 @@ class CheckpointIO(_Base):
         checkpoint from then on; a symbolic link: the link only; a plain file, e.g.
         one ``torch.save`` wrote: the file). A path that does not exist is no error."""
         store, p = resolve(path, self.storage_options)
-        self._settle(store.url(p))
-        parent = p.rstrip("/").rpartition("/")[0]
-        if store.is_link(p) or (store.exists(p) and not store.isdir(p)):
-            store.remove(parent, [p])
-        elif store.exists(p):
-            store.remove(p, [store.join(p, INDEX_NAME)])  # uncommitted from here on
-            store.sync_dir(p)
-            store.remove_tree(parent, p)
+        with self._claim(store.url(p)):  # after a save of it in another thread
+            self._settle(store.url(p))
+            parent = p.rstrip("/").rpartition("/")[0]
+            if store.is_link(p) or (store.exists(p) and not store.isdir(p)):
+                store.remove(parent, [p])
+            elif store.exists(p):
+                store.remove(p, [store.join(p, INDEX_NAME)])  # uncommitted from here on
+                store.sync_dir(p)
+                store.remove_tree(parent, p)
 
     def wait(self) -> None:
         """Waits for every background save (``blocking=False``) and raises the first
