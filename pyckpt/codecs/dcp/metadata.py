@@ -10,7 +10,14 @@ name -> ``TensorStorageMetadata(properties, size, chunks)`` or
 per chunk and per bytes entry), ``planner_data``, ``storage_meta`` and
 ``version``. Every chunk lies inside its tensor, the chunks of a tensor tile it
 exactly, and every chunk and bytes entry has its storage record, naming a plain
-file of the checkpoint's directory.
+file of the checkpoint's directory; no two of these items share a byte of a file
+(one 4 MiB file could otherwise be read as 800 MiB).
+
+The records the restricted reader returns can share parts (one list, dict or
+string referenced many times costs a few bytes per reference): the checks here
+do bounded work per reference (a record has at most ``MAX_FIELDS`` fields, a
+file name ``MAX_NAME`` characters, messages are formatted only on failure) and
+refuse a chunk list shared by two tensors, so opening stays linear in the file.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Callable, Union
 
 from ...errors import CorruptCheckpointError
 from ...sharded.boxes import check_partition
@@ -30,6 +38,11 @@ __all__ = ["StorageInfo", "Chunk", "TensorEntry", "BytesEntry", "DcpMetadata",
 
 MAX_DIMS = 64
 MAX_BYTES = 1 << 62  # a dimension, an offset, a length, a tensor's bytes
+MAX_FIELDS = 32      # fields of a record's state (DCP's have at most 5)
+MAX_NAME = 255       # characters of a data file's name (NAME_MAX)
+MAX_TRANSFORMS = 16  # transform descriptors of one item
+#: what is being checked, for messages: text, or a function making it (on failure only)
+What = Union[str, Callable[[], str]]
 _M = "torch.distributed.checkpoint.metadata."
 _PLAIN_NAME = re.compile(r"^[^/\\\x00]+$")
 
@@ -85,34 +98,42 @@ class _Checker:
 
     def __init__(self, where: str) -> None:
         self.where = where
+        self.chunk_lists: set[int] = set()  # ids of the chunk lists seen (kept alive by the tree)
 
-    def bad(self, what: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"DCP metadata {self.where}: {what}")
+    def bad(self, what: What) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"DCP metadata {self.where}: {_say(what)}")
 
-    def state(self, obj: Any, cls: str, what: str) -> Any:
+    def state(self, obj: Any, cls: str, what: What) -> Any:
         if not isinstance(obj, Obj) or obj.cls != _M + cls and not (
                 cls == "_StorageInfo" and obj.cls == "torch.distributed.checkpoint.filesystem."
                 "_StorageInfo"):
-            raise self.bad(f"{what} is {_kind(obj)}, not a {cls}")
+            raise self.bad(lambda: f"{_say(what)} is {_kind(obj)}, not a {cls}")
         return obj.state
 
-    def fields(self, obj: Any, cls: str, what: str) -> dict:
+    def fields(self, obj: Any, cls: str, what: What) -> dict:
         st = self.state(obj, cls, what)
         if st is None:
             return {}
-        if type(st) is not dict or not all(isinstance(k, str) for k in st):
-            raise self.bad(f"{what}: the {cls}'s state is {_kind(st)}, not its fields")
+        if type(st) is not dict or len(st) > MAX_FIELDS or not all(
+                isinstance(k, str) for k in st):
+            raise self.bad(lambda: f"{_say(what)}: the {cls}'s state is {_kind(st)}, not its "
+                           f"fields (at most {MAX_FIELDS} names)")
         return st
 
-    def count(self, v: Any, what: str) -> int:
+    def count(self, v: Any, what: What) -> int:
         if type(v) is not int or not 0 <= v <= MAX_BYTES:
-            raise self.bad(f"{what} is {_kind(v)}, not an integer in [0, 2**62]")
+            raise self.bad(lambda: f"{_say(what)} is {_kind(v)}, not an integer in [0, 2**62]")
         return v
 
-    def dims(self, v: Any, what: str) -> tuple[int, ...]:
+    def dims(self, v: Any, what: What) -> tuple[int, ...]:
         if type(v) is not tuple or len(v) > MAX_DIMS:
-            raise self.bad(f"{what} is {_kind(v)}, not a torch.Size of at most {MAX_DIMS} dims")
+            raise self.bad(lambda: f"{_say(what)} is {_kind(v)}, not a torch.Size of at most "
+                           f"{MAX_DIMS} dims")
         return tuple(self.count(d, what) for d in v)
+
+
+def _say(what: What) -> str:
+    return what if isinstance(what, str) else what()
 
 
 def _kind(v: Any) -> str:
@@ -126,21 +147,24 @@ def _kind(v: Any) -> str:
     return f"a {type(v).__name__}"
 
 
-def _storage(c: _Checker, obj: Any, what: str) -> StorageInfo:
+def _storage(c: _Checker, obj: Any, what: What) -> StorageInfo:
     f = c.fields(obj, "_StorageInfo", what)
     path = f.get("relative_path")
-    if not isinstance(path, str) or not _PLAIN_NAME.match(path) or path in (".", ".."):
-        raise c.bad(f"{what}: relative_path {_kind(path)} is not a plain file name of the "
-                    "checkpoint's directory")
-    offset = c.count(f.get("offset"), f"{what}: offset")
-    length = c.count(f.get("length"), f"{what}: length")
+    if not isinstance(path, str) or len(path) > MAX_NAME or not _PLAIN_NAME.match(path) \
+            or path in (".", ".."):
+        raise c.bad(lambda: f"{_say(what)}: relative_path {_kind(path)} is not a plain file "
+                    "name of the checkpoint's directory")
+    offset = c.count(f.get("offset"), lambda: f"{_say(what)}: offset")
+    length = c.count(f.get("length"), lambda: f"{_say(what)}: length")
     if offset + length > MAX_BYTES:
-        raise c.bad(f"{what}: bytes [{offset}, {offset + length}) are impossible")
+        raise c.bad(lambda: f"{_say(what)}: bytes [{offset}, {offset + length}) are impossible")
     tds = f.get("transform_descriptors")
     if tds is None:
         tds = ()
-    if not isinstance(tds, (list, tuple)) or not all(isinstance(t, str) for t in tds):
-        raise c.bad(f"{what}: transform_descriptors is {_kind(tds)}, not a list of names")
+    if not isinstance(tds, (list, tuple)) or len(tds) > MAX_TRANSFORMS or not all(
+            isinstance(t, str) for t in tds):
+        raise c.bad(lambda: f"{_say(what)}: transform_descriptors is {_kind(tds)}, not a list "
+                    f"of at most {MAX_TRANSFORMS} names")
     return StorageInfo(path, offset, length, tuple(tds))
 
 
@@ -156,8 +180,10 @@ def _storage_index(c: _Checker, storage_data: Any) -> dict[tuple[str, Any], Stor
         if not isinstance(fqn, str):
             raise c.bad(f"a storage_data key has fqn {_kind(fqn)}")
         off = f.get("offset")
-        where = f"storage record of {fqn!r}"
-        key = (fqn, None if off is None else c.dims(off, f"{where}: offset"))
+
+        def where(fqn: str = fqn) -> str:
+            return f"storage record of {fqn!r}"
+        key = (fqn, None if off is None else c.dims(off, lambda: f"{where()}: offset"))
         out[key] = _storage(c, info, where)
     return out
 
@@ -187,10 +213,18 @@ def _tensor(c: _Checker, key: str, obj: Any,
     raw_chunks = f.get("chunks")
     if type(raw_chunks) is not list:
         raise c.bad(f"tensor {key!r}: chunks is {_kind(raw_chunks)}, not a list")
+    if raw_chunks and id(raw_chunks) in c.chunk_lists:
+        raise c.bad(f"tensor {key!r}: its list of chunks is another tensor's too (DCP writes "
+                    "one list per tensor)")
+    c.chunk_lists.add(id(raw_chunks))
     chunks: list[Chunk] = []
     seen: set[tuple] = set()
+    records: set[int] = set()  # one record listed again: nothing new to check
     for n, ch in enumerate(raw_chunks):
-        chunk = _chunk(c, f"tensor {key!r}, chunk {n}", ch, key, shape, name, storage)
+        if id(ch) in records:
+            continue
+        records.add(id(ch))
+        chunk = _chunk(c, partial(_chunk_name, key, n), ch, key, shape, name, storage)
         if (chunk.offsets, chunk.sizes) not in seen:  # a replica listed twice: one record
             seen.add((chunk.offsets, chunk.sizes))
             chunks.append(chunk)
@@ -203,23 +237,27 @@ def _tensor(c: _Checker, key: str, obj: Any,
     return TensorEntry(key, torch_dtype, name, layout, shape, tuple(chunks))
 
 
-def _chunk(c: _Checker, what: str, ch: Any, key: str, shape: tuple[int, ...], name: str | None,
-           storage: dict[tuple[str, Any], StorageInfo]) -> Chunk:
+def _chunk_name(key: str, n: int) -> str:
+    return f"tensor {key!r}, chunk {n}"
+
+
+def _chunk(c: _Checker, what: Callable[[], str], ch: Any, key: str, shape: tuple[int, ...],
+           name: str | None, storage: dict[tuple[str, Any], StorageInfo]) -> Chunk:
     """One ChunkStorageMetadata of tensor ``key``, inside the tensor, with its storage
     record, whose item can hold its values."""
     cf = c.fields(ch, "ChunkStorageMetadata", what)
-    offs = c.dims(cf.get("offsets"), f"{what}: offsets")
-    sizes = c.dims(cf.get("sizes"), f"{what}: sizes")
+    offs = c.dims(cf.get("offsets"), lambda: f"{what()}: offsets")
+    sizes = c.dims(cf.get("sizes"), lambda: f"{what()}: sizes")
     if len(offs) != len(shape) or len(sizes) != len(shape) or any(
             o + s > d for o, s, d in zip(offs, sizes, shape)):
-        raise c.bad(f"{what}: box at {list(offs)} of sizes {list(sizes)} is not inside "
+        raise c.bad(f"{what()}: box at {list(offs)} of sizes {list(sizes)} is not inside "
                     f"the tensor's shape {list(shape)}")
     info = storage.get((key, offs))
     if info is None:
-        raise c.bad(f"{what} at {list(offs)} has no storage record")
+        raise c.bad(f"{what()} at {list(offs)} has no storage record")
     if name is not None and math.prod(sizes) * _itemsize(name) > info.length:
         # the item holds the values: checked before anything is allocated for them
-        raise c.bad(f"{what}: {list(sizes)} {name} values cannot fit in its item, "
+        raise c.bad(f"{what()}: {list(sizes)} {name} values cannot fit in its item, "
                     f"{info.relative_path} bytes [{info.offset}, {info.offset + info.length})")
     return Chunk(offs, sizes, info)
 
@@ -236,6 +274,30 @@ def _itemsize(name: str) -> int:
         return 2 if name == "bfloat16" else 1
     bits = int("".join(ch for ch in name if ch.isdigit()))
     return bits // 8
+
+
+def _no_shared_bytes(c: _Checker, entries: list[TensorEntry | BytesEntry]) -> None:
+    """Refuses two items (chunks, bytes entries) whose byte ranges in a file overlap:
+    sorted by (file, offset), an overlap shows between neighbours."""
+    items: list[tuple[str, int, int, int, int]] = []  # file, offset, length, entry, chunk
+    for i, e in enumerate(entries):
+        if isinstance(e, BytesEntry):
+            items.append((e.storage.relative_path, e.storage.offset, e.storage.length, i, -1))
+        else:
+            items += [(ch.storage.relative_path, ch.storage.offset, ch.storage.length, i, n)
+                      for n, ch in enumerate(e.chunks)]
+    items = sorted(x for x in items if x[2] > 0)
+    for a, b in zip(items, items[1:]):
+        if a[0] == b[0] and b[1] < a[1] + a[2]:
+            raise c.bad(f"{_item(entries, a)} and {_item(entries, b)} share bytes of file "
+                        f"{a[0]!r}: [{a[1]}, {a[1] + a[2]}) and [{b[1]}, {b[1] + b[2]})")
+
+
+def _item(entries: list[TensorEntry | BytesEntry], x: tuple) -> str:
+    e = entries[x[3]]
+    if isinstance(e, BytesEntry):
+        return f"bytes entry {e.key!r}"
+    return f"tensor {e.key!r} chunk at {list(e.chunks[x[4]].offsets)}"
 
 
 def _storage_meta(c: _Checker, obj: Any) -> tuple[str | None, str | None]:
@@ -266,6 +328,7 @@ def decode_metadata(data: bytes, where: str) -> DcpMetadata:
             entries.append(BytesEntry(key, info))
         else:
             entries.append(_tensor(c, key, md, storage))
+    _no_shared_bytes(c, entries)
     version = f.get("version")
     save_id, ck = _storage_meta(c, f.get("storage_meta"))
     return DcpMetadata(tuple(entries), version if isinstance(version, str) else None,

@@ -15,12 +15,24 @@ GiB). This machine instead:
 - knows only the opcodes of protocols 2 to 5 that pickles of plain data use
   (no ``INST``/``OBJ``/``EXT*``, no sets, no out-of-band buffers): any other
   raises;
-- keeps its memo in a dict, allows only flat hashable keys in dicts (so no
-  deep structure is ever hashed), and reads each length against the bytes that
-  are left before slicing.
+- keeps its memo in a dict and reads each length against the bytes that are
+  left before slicing;
+- takes as dict keys only values that hash in constant time and that no input
+  can make collide (strings and bytes, whose hashes are salted and cached;
+  records and stand-ins, hashed by identity; None, booleans and integers of
+  magnitude below 2**61 - 2, each its own hash), each at most once per dict:
+  DCP's dicts are keyed by names and records; a tuple key (hashed anew, element
+  by element, at every use) could make a small file take minutes;
+- charges every call (``REDUCE``, a persistent id) the size of its arguments
+  (their elements, and those of the strings, tuples, lists and dicts among them)
+  against a budget of ``WORK_PER_BYTE`` per byte of the input: one wide argument
+  passed again and again cannot make the calls' work quadratic.
 
-Every op consumes at least one byte and creates at most a few objects, so time
-and memory are linear in the input.
+Every other op consumes at least one byte and does constant work or work on
+what earlier ops pushed (each value is popped once), so time and memory are
+linear in the input; a pickle over the budget raises CorruptCheckpointError.
+The values it returns can share parts (the memo): their readers must not walk a
+shared part once per reference (metadata.py).
 """
 
 from __future__ import annotations
@@ -30,10 +42,15 @@ from typing import Any, Callable, Mapping
 
 from ...errors import CorruptCheckpointError
 
-__all__ = ["Global", "Obj", "restricted_load", "MAX_LONG_BYTES"]
+__all__ = ["Global", "Obj", "restricted_load", "MAX_LONG_BYTES", "WORK_PER_BYTE"]
 
 #: longest integer (LONG1/LONG4 body) accepted, in bytes
 MAX_LONG_BYTES = 256
+#: elements of call arguments a pickle may pass per byte of its size (plus WORK_BASE)
+WORK_PER_BYTE = 16
+WORK_BASE = 1 << 16
+#: integers up to this magnitude are their own hash (CPython: modulo 2**61 - 1)
+_INT_KEY = (1 << 61) - 2
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
@@ -71,10 +88,12 @@ class Obj:
 
 
 def _key_ok(k: Any) -> bool:
-    """Dict keys: scalars, records, or flat tuples of scalars (hashing them is cheap)."""
-    if isinstance(k, _SCALARS + (Obj, Global)):
+    """Dict keys (module doc): str, bytes, Obj, Global, None, bool, or an int of
+    magnitude at most 2**61 - 2."""
+    t = type(k)
+    if t is str or t is bytes or t is Obj or t is Global or t is bool or k is None:
         return True
-    return type(k) is tuple and all(isinstance(x, _SCALARS) for x in k)
+    return t is int and -_INT_KEY <= k <= _INT_KEY
 
 
 class _Machine:
@@ -87,6 +106,7 @@ class _Machine:
         self.stack: list[Any] = []
         self.marks: list[int] = []
         self.memo: dict[int, Any] = {}
+        self.work, self.budget = 0, WORK_PER_BYTE * len(data) + WORK_BASE
         self.op_at = 0
         self.ops: list[Callable[[], bool] | None] = [None] * 256
         for code, fn in _handlers(self).items():
@@ -138,8 +158,26 @@ class _Machine:
             raise self.bad("SETITEMS on a non-dict or an odd number of items")
         for k, v in zip(items[0::2], items[1::2]):
             if not _key_ok(k):
-                raise self.bad(f"unsupported dict key of type {type(k).__name__}")
+                raise self.bad(f"unsupported dict key of type {type(k).__name__}"
+                               + (" (a large integer)" if type(k) is int else ""))
+            n = len(d)
             d[k] = v
+            if len(d) == n:
+                raise self.bad(f"dict key {_short(k)} set twice")
+
+    def charge(self, args: Any) -> None:
+        """Counts a call on ``args`` against the budget (module doc)."""
+        n = 1
+        if type(args) is tuple:
+            n += len(args)
+            for a in args:
+                if isinstance(a, (str, bytes, tuple, list, dict)):
+                    n += len(a)
+        self.work += n
+        if self.work > self.budget:
+            raise self.bad(f"its calls pass arguments of more than {self.budget} elements in "
+                           f"all, over {WORK_PER_BYTE} per byte of its {self.end} bytes (one "
+                           "argument passed again and again?)")
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> tuple[Any, int]:
@@ -333,6 +371,7 @@ def _object_ops(m: _Machine) -> dict[int, Callable[[], bool]]:
         fn = m.top()
         if not isinstance(fn, Global) or fn.call is None or type(args) is not tuple:
             raise m.bad(f"REDUCE of {_short(fn)}, which this reader does not call")
+        m.charge(args)
         try:
             m.stack[-1] = fn.call(args)
         except (TypeError, ValueError) as e:
@@ -365,6 +404,7 @@ def _object_ops(m: _Machine) -> dict[int, Callable[[], bool]]:
         pid = m.pop()
         if m.persistent is None:
             raise m.bad("a persistent id, which this file may not hold")
+        m.charge(pid)
         try:
             return _push(m, m.persistent(pid))
         except (TypeError, ValueError) as e:
@@ -373,14 +413,19 @@ def _object_ops(m: _Machine) -> dict[int, Callable[[], bool]]:
     return {ord("R"): reduce, 0x81: newobj, 0x92: newobj_ex, ord("b"): build, ord("Q"): persid}
 
 
-def _short(value: Any) -> str:
-    """A bounded rendering of untrusted data for messages."""
-    if isinstance(value, tuple) and len(value) <= 8:
-        return "(" + ", ".join(_short(v) for v in value) + ")"
-    if isinstance(value, _SCALARS + (Global, Obj)):
+def _short(value: Any, depth: int = 0) -> str:
+    """A bounded rendering of untrusted data for messages (short tuples two levels
+    deep, at most 80 characters each: nested shared tuples cannot make it long)."""
+    if isinstance(value, tuple) and len(value) <= 8 and depth < 2:
+        text = "(" + ", ".join(_short(v, depth + 1) for v in value) + ")"
+    elif isinstance(value, (str, bytes)):
+        text = repr(value[:80])
+    elif isinstance(value, _SCALARS + (Global, Obj)):
         text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-    return f"<{type(value).__name__}>"
+    else:
+        return f"<{type(value).__name__}>" if not isinstance(value, tuple) else \
+            f"<tuple of {len(value)}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def restricted_load(data: bytes, allowed: Mapping[tuple[str, str], Global], *, where: str,
