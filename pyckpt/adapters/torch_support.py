@@ -257,7 +257,7 @@ def _tensor(torch: Any, v: np.ndarray, copy: bool = True) -> Any:
     ``copy=False`` the array's own memory where torch can take it (writable, native
     byte order; a 0-d or non-contiguous array is copied)."""
     shared = (not copy and v.flags.writeable and v.flags.c_contiguous
-              and v.dtype.byteorder in "=|")
+              and v.dtype.isnative)  # ("<" on a little-endian host: a loaded array's)
     name = _view_name(v.dtype)
     if name == "bfloat16":
         raw = v.view(np.int16)

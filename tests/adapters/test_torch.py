@@ -244,3 +244,25 @@ def test_a_restore_that_does_not_fit_leaves_the_optimizer_untouched(tmp_path):
     assert opt3.param_groups[0]["lr"] == 0.1 and torch.equal(m3.weight, m.weight)
     assert torch.equal(opt3.state[m3.weight]["momentum_buffer"],
                        opt.state[m.weight]["momentum_buffer"])
+
+
+def test_loaded_arrays_become_tensors_without_a_copy(tmp_path):
+    """A load's fresh arrays carry dtypes with an explicit little-endian byte order
+    (``_dtypes.dtype_from_name``): torch takes their memory as it is (every tensor of
+    a load was copied a second time)."""
+    import numpy as np
+    import torch
+
+    import pyckpt
+    from pyckpt._dtypes import dtype_from_name
+    from pyckpt.adapters.torch_support import from_host
+
+    arr = np.arange(8, dtype=dtype_from_name("float32"))
+    assert arr.dtype.byteorder == "<"  # what made it copy
+    t = from_host(arr)
+    assert t.data_ptr() == arr.ctypes.data
+    big = np.arange(4, dtype=np.dtype(">f4"))   # foreign byte order: copied, values kept
+    assert torch.equal(from_host(big), torch.arange(4, dtype=torch.float32))
+    pyckpt.save({"w": torch.ones(3, 4)}, tmp_path / "c")
+    got = pyckpt.load(tmp_path / "c")["w"]
+    assert isinstance(got, torch.Tensor) and torch.equal(got, torch.ones(3, 4))
