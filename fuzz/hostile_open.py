@@ -7,7 +7,7 @@ Used by tests (tests/format/test_partition_scale.py, tests/interop_dcp/
 test_hostile_scale.py, generous bounds) and benchmarks/bench_open_scale.py (the
 figures). Run directly as a regression check, every case once:
 
-    python fuzz/hostile_open.py [--scale 1.0]    # exits 1 if a case takes over 10 s
+    python fuzz/hostile_open.py [--scale 1.0] [--per-mb 5]   # exit status 1: a case was slow
 
 The DCP cases built from torch's own classes need torch (skipped without it); the
 hand-written pickles do not.
@@ -440,7 +440,8 @@ def have_torch() -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="size factor of every case")
-    ap.add_argument("--limit", type=float, default=10.0, help="seconds a case may take")
+    ap.add_argument("--per-mb", type=float, default=5.0,
+                    help="seconds a case may take per MB of input (2 s at least)")
     args = ap.parse_args()
     slow = []
     torch = have_torch()
@@ -453,7 +454,7 @@ def main() -> int:
         outcome = open_bytes(kind, data)
         dt = time.perf_counter() - t
         print(f"{name:40s} {len(data) / 1e3:9.0f} KB {dt:8.3f} s  {outcome[:90]}")
-        if dt > args.limit:
+        if dt > max(2.0, args.per_mb * len(data) / 1e6):
             slow.append(name)
     if slow:
         print("over the limit:", ", ".join(slow))
