@@ -26,10 +26,10 @@ SLOW = (
 
 # Tests run in parallel (pytest-xdist, `-n` in pyproject.toml): most of the suite waits
 # on servers, subprocesses and disks, not on the 2 cores. These measure the machine
-# itself (resident memory, stall deadlines, processes left running) and run alone:
+# itself (stall deadlines, processes left running, exit times) and run alone:
 # each takes every other worker's turn (`_turn` below), one at a time.
 EXCLUSIVE = (
-    "tests/memory/", "tests/stores/test_stalls.py", "tests/stores/test_server_leftovers.py",
+    "tests/stores/test_stalls.py", "tests/stores/test_server_leftovers.py",
     "tests/stores/test_exit_when_store_dies.py", "tests/stores/test_fault_proxy.py",
     "tests/stores/test_route_conformance.py", "tests/multiworker/test_protocol.py",
 )

@@ -88,10 +88,10 @@ def test_valid_exactly_when_the_safetensors_library_says_so(tmp_path, case):
 def test_a_deeply_nested_header_is_corrupt_not_a_recursion_error(tmp_path):
     deep = b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     path = _write(tmp_path / "deep.safetensors", None, raw_header=deep)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(CorruptCheckpointError, match="nested 200001 levels deep") as e:
         pyckpt.load(path)
-    assert path in str(e.value) and time.perf_counter() - t0 < 5
+    assert path in str(e.value) and time.process_time() - t0 < 5
 
 
 def test_a_name_given_twice_in_the_header_is_refused(tmp_path):
@@ -152,7 +152,7 @@ def test_untrusted_json_is_refused_in_linear_time():
     for hostile in (b"[" * (MAX_UNTRUSTED_DEPTH + 1) + b"]" * (MAX_UNTRUSTED_DEPTH + 1),
                     b"[" * 5_000_000, b'{"a' + b'\\"' * 2_000_000,  # unterminated, escapes
                     b'["' + b'\\' * 4_000_001, b'"' * 3_000_001, b"\xff[[[]]]"):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with pytest.raises(ValueError):
             loads_untrusted(hostile)
-        assert time.perf_counter() - t0 < 5
+        assert time.process_time() - t0 < 5

@@ -25,15 +25,17 @@ from pyckpt.errors import CorruptCheckpointError
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "fuzz"))
 import hostile_open  # noqa: E402
 
-BOUND = 5.0  # seconds
+#: CPU seconds of this process (tests run beside others: wall time is not theirs alone);
+#: the old code took minutes to hours on these inputs
+BOUND = 5.0
 
 
 def _decode(data: bytes):
-    t = time.perf_counter()
+    t = time.process_time()
     try:
         return decode_metadata(data, "/ck/.metadata")
     finally:
-        took = time.perf_counter() - t
+        took = time.process_time() - t
         assert took < BOUND, f"{took:.1f} s"
 
 
@@ -121,12 +123,12 @@ def test_many_ranks_of_column_chunks_open_in_about_the_pickle_s_time():
     the pickle (24 s); now a fraction of it (compared on the same machine, at once)."""
     pytest.importorskip("torch")
     data = hostile_open.dcp_columns(20, 1024)
-    t = time.perf_counter()
+    t = time.process_time()
     restricted_load(data, METADATA_GLOBALS, where="t")
-    pickle_time = time.perf_counter() - t
-    t = time.perf_counter()
+    pickle_time = time.process_time() - t
+    t = time.process_time()
     meta = decode_metadata(data, "/ck/.metadata")
-    took = time.perf_counter() - t
+    took = time.process_time() - t
     assert [len(e.chunks) for e in meta.entries] == [1024] * 20
     assert took < 3 * pickle_time + 2, (took, pickle_time)
 
