@@ -43,6 +43,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if node.startswith(EXCLUSIVE):
             item.add_marker(pytest.mark.exclusive)
+            # and each such file on one worker, in its order, as in one process (their
+            # module's server and its "stopped answering" state pass from test to test)
+            item.add_marker(pytest.mark.xdist_group(node.split("::", 1)[0]))
 
 
 @pytest.fixture(autouse=True)
