@@ -40,7 +40,7 @@ data = open(path, "rb").read()
 if kind == "index":
     from pyckpt.format import decode_index as _open
 else:
-    from pyckpt.codecs.dcp.metadata import decode_metadata as _open
+    from pyckpt.codecs.distcp.metadata import decode_metadata as _open
 times, outcome = [], "opened"
 for _ in range(runs):
     t = time.perf_counter()

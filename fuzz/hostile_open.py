@@ -418,7 +418,7 @@ CASES: list[tuple[str, bool, Callable[[float], bytes], str, bool]] = [
 
 def open_bytes(kind: str, data: bytes) -> str:
     """Opens ``data`` as a pyckpt index or a DCP ``.metadata``: "opened" or "refused: ..."."""
-    from pyckpt.codecs.dcp.metadata import decode_metadata
+    from pyckpt.codecs.distcp.metadata import decode_metadata
     try:
         if kind == "index":
             decode_index(data, "pyckpt.index")

@@ -49,8 +49,8 @@ from .rng import GlobalRNG
 from .sharded import ShardedArray
 from .variables import Variable
 from .adapters import jax_support as _jax_support, torch_support as _torch_support
-from . import perworker as _perworker
-from .perworker import PerWorker
+from . import perworker_hooks as _perworker
+from .perworker_hooks import PerWorker
 
 _torch_support.register()
 _jax_support.register()

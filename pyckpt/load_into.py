@@ -15,7 +15,7 @@ from ._dtypes import (describe_dtypes, finish_byte_order, refuse_masked, same_dt
                       source_order_view)
 from .device.array import DeviceArray
 from .device.copies import unwritable
-from .workers.perworker import per_worker_read, place_of
+from .workers.per_worker_read import per_worker_read, place_of
 from .errors import CheckpointKeyError
 from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, keyed_error, replacement_scalar, skeleton_leaves

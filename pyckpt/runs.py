@@ -14,7 +14,7 @@ from .engine import attempts, naming
 from .engine.run import step_of
 from .errors import CheckpointError
 from .format import INDEX_NAME, decode_index
-from .codecs.dcp import METADATA_NAME, DCPCheckpoint
+from .codecs.distcp import METADATA_NAME, DCPCheckpoint
 from .codecs.hf_folder import HFFolder, weights_file
 from .codecs.tensorflow import TensorFlowCheckpoint
 from .storage import resolve

@@ -30,7 +30,7 @@ from .engine.reader import OpenCheckpoint
 from .errors import CheckpointError, CorruptCheckpointError, add_note
 from .format import INDEX_NAME
 from .format.source import CheckpointSource
-from .codecs import dcp, hf_folder, safetensors, tensorflow
+from .codecs import distcp, hf_folder, safetensors, tensorflow
 from .storage import Store, resolve
 
 __all__ = ["CheckpointSource", "open_source", "register_format", "checkpoint_path"]
@@ -71,10 +71,10 @@ def open_source(path: Any, storage_options: dict | None = None,
     if not _dcp_saved_later(own):
         return own
     try:
-        return dcp.DCPCheckpoint(own.store, own.path)
+        return distcp.DCPCheckpoint(own.store, own.path)
     except CheckpointError as e:
         add_note(e, f"{own.url} also holds pyckpt's checkpoint, committed before this "
-                    f"{dcp.METADATA_NAME} was written: remove {dcp.METADATA_NAME} to read it")
+                    f"{distcp.METADATA_NAME} was written: remove {distcp.METADATA_NAME} to read it")
         raise
 
 
@@ -86,7 +86,7 @@ def _dcp_saved_later(own: OpenCheckpoint) -> bool:
     raises CorruptCheckpointError when the two cannot be told apart (a store without
     modification times, or equal ones)."""
     store, path = own.store, own.path
-    meta = store.join(path, dcp.METADATA_NAME)
+    meta = store.join(path, distcp.METADATA_NAME)
     if not store.exists(meta):
         return False
     index = store.join(path, INDEX_NAME)
@@ -123,4 +123,4 @@ def checkpoint_path(store: Store, path: str) -> str:
 register_format("safetensors", safetensors.detect, safetensors.SafetensorsFile)
 register_format("tensorflow", tensorflow.detect, tensorflow.open_path)
 register_format("hf-safetensors", hf_folder.detect, hf_folder.HFFolder)
-register_format("dcp", dcp.detect, dcp.DCPCheckpoint)
+register_format("dcp", distcp.detect, distcp.DCPCheckpoint)

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from ..codecs.records import read_record_file
+from ..codecs.record_file import read_record_file
 from ..errors import CheckpointNotFoundError, CorruptCheckpointError
 from ..format.json_scan import loads_untrusted
 from ..storage import resolve

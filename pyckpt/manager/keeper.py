@@ -45,7 +45,7 @@ from ..workers import background
 from ..workers.comm import Communicator, comm_scope, resolve_comm
 from ..workers.save import DistributedSaveError
 from .lock import WriterLease
-from .records import Records
+from .run_state import Records
 
 _LIVE: "weakref.WeakSet[RunKeeper]" = weakref.WeakSet()
 

@@ -9,7 +9,7 @@ asked for with ``worker=``.
 
 This module holds the declaration and the rule that picks the row; the hooks
 that make it a leaf of ``pyckpt.save`` trees and a node of ``Checkpoint``
-graphs are in ``pyckpt/perworker.py``.
+graphs are in ``pyckpt/perworker_hooks.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from pyckpt.codecs.dcp.archive import (Item, Place, StoredTensor, decode_tensor, read_directory,
+from pyckpt.codecs.distcp.archive import (Item, Place, StoredTensor, decode_tensor, read_directory,
                                        read_member, tensor_view)
 from pyckpt.errors import CorruptCheckpointError
 

@@ -11,11 +11,11 @@ import tracemalloc
 
 import pytest
 
-from pyckpt.codecs.dcp import DCPCheckpoint
-from pyckpt.codecs.dcp.allowed import ARCHIVE_GLOBALS, METADATA_GLOBALS
-from pyckpt.codecs.dcp.archive import Item, Place, decode_tensor, read_directory, read_member
-from pyckpt.codecs.dcp.metadata import decode_metadata
-from pyckpt.codecs.dcp.unpickler import restricted_load
+from pyckpt.codecs.distcp import DCPCheckpoint
+from pyckpt.codecs.distcp.allowed import ARCHIVE_GLOBALS, METADATA_GLOBALS
+from pyckpt.codecs.distcp.archive import Item, Place, decode_tensor, read_directory, read_member
+from pyckpt.codecs.distcp.metadata import decode_metadata
+from pyckpt.codecs.distcp.unpickler import restricted_load
 from pyckpt.errors import CheckpointError
 from pyckpt.storage.local import LocalStore
 

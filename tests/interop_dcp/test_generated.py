@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.codecs.dcp import UnsupportedDCPError
-from pyckpt.codecs.dcp import checkpoint as dcp_checkpoint
+from pyckpt.codecs.distcp import UnsupportedDCPError
+from pyckpt.codecs.distcp import checkpoint as dcp_checkpoint
 from pyckpt.sharded import ShardedArray
 
 torch = pytest.importorskip("torch")

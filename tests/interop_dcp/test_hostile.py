@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.codecs.dcp import DCPCheckpoint, UnsupportedDCPError
-from pyckpt.codecs.dcp.allowed import METADATA_GLOBALS
-from pyckpt.codecs.dcp.unpickler import restricted_load
+from pyckpt.codecs.distcp import DCPCheckpoint, UnsupportedDCPError
+from pyckpt.codecs.distcp.allowed import METADATA_GLOBALS
+from pyckpt.codecs.distcp.unpickler import restricted_load
 from pyckpt.errors import CheckpointError, CorruptCheckpointError
 from pyckpt.storage.local import LocalStore
 

@@ -17,9 +17,9 @@ import time
 import pytest
 
 import pyckpt
-from pyckpt.codecs.dcp.allowed import METADATA_GLOBALS
-from pyckpt.codecs.dcp.metadata import decode_metadata
-from pyckpt.codecs.dcp.unpickler import restricted_load
+from pyckpt.codecs.distcp.allowed import METADATA_GLOBALS
+from pyckpt.codecs.distcp.metadata import decode_metadata
+from pyckpt.codecs.distcp.unpickler import restricted_load
 from pyckpt.errors import CorruptCheckpointError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "fuzz"))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.codecs.dcp import METADATA_NAME
+from pyckpt.codecs.distcp import METADATA_NAME
 from pyckpt.errors import CorruptCheckpointError
 from pyckpt.format import INDEX_NAME
 from pyckpt.sources import open_source

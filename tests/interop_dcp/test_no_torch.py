@@ -13,7 +13,7 @@ SCRIPT = r"""
 import json, sys
 import numpy as np
 import pyckpt
-from pyckpt.codecs.dcp import DCPCheckpoint  # the reader's own modules, too
+from pyckpt.codecs.distcp import DCPCheckpoint  # the reader's own modules, too
 from pyckpt.sharded import ShardedArray
 path = sys.argv[1]
 reader = pyckpt.load_checkpoint(path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.codecs.dcp import DCPCheckpoint
+from pyckpt.codecs.distcp import DCPCheckpoint
 from pyckpt.errors import CheckpointKeyError
 from pyckpt.sharded import ShardedArray
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-import pyckpt.manager.records as manager_module
+import pyckpt.manager.run_state as manager_module
 from pyckpt.errors import CheckpointIOError
 
 

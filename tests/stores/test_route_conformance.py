@@ -86,18 +86,18 @@ ROUTES = [
        "codecs.safetensors:SafetensorsFile.read_new", writes=False, prepare=True),
     _r("load_tensorflow", "codecs.tensorflow.bundle:TensorFlowCheckpoint._read_strings",
        writes=False, prepare=True),
-    _r("load_dcp", "codecs.dcp.checkpoint:DCPCheckpoint._probe",
-       "codecs.dcp.checkpoint:DCPCheckpoint._prefetch",
-       "codecs.dcp.checkpoint:DCPCheckpoint._read_bytes", writes=False, prepare=True),
+    _r("load_dcp", "codecs.distcp.checkpoint:DCPCheckpoint._probe",
+       "codecs.distcp.checkpoint:DCPCheckpoint._prefetch",
+       "codecs.distcp.checkpoint:DCPCheckpoint._read_bytes", writes=False, prepare=True),
     _r("node_tiers_restore", "engine.read_executor:_fetch_and_verify.<locals>.fetch",
        writes=False, prepare=True),
 ]
 
 #: callers the scan finds that need no route of their own, and why
 NO_ROUTE = {
-    "pyckpt.codecs.dcp.archive:Item.get":
+    "pyckpt.codecs.distcp.archive:Item.get":
         "calls the item's own fetch callback (_ranged below), not a store",
-    "pyckpt.codecs.dcp.checkpoint:_ranged.<locals>.fetch":
+    "pyckpt.codecs.distcp.checkpoint:_ranged.<locals>.fetch":
         "the fallback read of archive bytes that load_dcp's probe and prefetch did not "
         "bring (a zip directory larger than the probed tail); the same guarded read_ranges",
     "pyckpt.manager.node_tiers:NodeTiers._restore_together":
@@ -105,7 +105,7 @@ NO_ROUTE = {
         "restore from the durable tier is node_tiers_restore's",
     "pyckpt.workers.node_local:_write_files":
         "writes node-local tiers' files on each node's own disk (local stores only)",
-    "pyckpt.codecs.dcp.checkpoint:DCPCheckpoint._not_an_archive":
+    "pyckpt.codecs.distcp.checkpoint:DCPCheckpoint._not_an_archive":
         "an error path: a 9-byte read to name the format of a file that is no archive",
 }
 

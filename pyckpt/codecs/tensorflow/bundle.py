@@ -33,7 +33,7 @@ from ...engine.options import DEFAULT, IOOptions
 from ...engine.read_executor import ReadPlan
 from ...errors import CheckpointError, CorruptCheckpointError
 from ...format.source import KeyedSource
-from ..records import read_record_file
+from ..record_file import read_record_file
 from ...sharded import ShardedArray
 from ...storage import Store
 from ...storage.local import map_file

@@ -1,7 +1,7 @@
 """Restoring a ``PerWorker`` value to its worker (docs/API.md, "Per-worker values").
 
 ``load(into=)`` (``load_into.py``) and the ``Checkpoint`` graph node
-(``pyckpt/perworker.py``) both read one worker's copy through
+(``pyckpt/perworker_hooks.py``) both read one worker's copy through
 ``per_worker_read``: it picks the row (``sharded/perworker.py``,
 ``choose_row``), gives the destination that reads only that row, and puts the
 row into the PerWorker's value once it is read.

@@ -3,7 +3,7 @@
 
 The declaration and the rule that picks a worker's row are in
 ``pyckpt/sharded/perworker.py``, reading a row into a value in
-``pyckpt/workers/perworker.py``; saving (``workers/save.py``) and ``load(into=)``
+``pyckpt/workers/per_worker_read.py``; saving (``workers/save.py``) and ``load(into=)``
 (``load_into.py``) know PerWorker directly. This module registers its hooks in
 ``pyckpt.registry`` when pyckpt is imported:
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .workers.perworker import per_worker_read, place_of
+from .workers.per_worker_read import per_worker_read, place_of
 from .graph.nodes import MISSING
 from .registry import register_adapter, target_view
 from .sharded.perworker import PerWorker

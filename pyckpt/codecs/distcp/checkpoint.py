@@ -29,7 +29,7 @@ import numpy as np
 from ..._dtypes import check_decodable, stored_dtype
 from ...errors import CheckpointKeyError, CorruptCheckpointError
 from ...format.source import KeyedSource
-from ..records import read_record_file
+from ..record_file import read_record_file
 from ...sharded import ShardedArray
 from ...sharded.boxes import intersect
 from ...storage import ByteRange, Store
