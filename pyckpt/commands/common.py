@@ -10,7 +10,7 @@ import threading
 import traceback
 from typing import Any, Callable, Iterable
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, StoreProblem
 from ..storage import resolve
 from ..storage.registry import import_client
 from ..storage.diagnose import explain as _explain_store
@@ -93,11 +93,6 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
 def is_remote(url: Any) -> bool:
     """Whether ``url`` names a remote (fsspec) store rather than a local path."""
     return isinstance(url, str) and "://" in url and not url.startswith("file://")
-
-
-class StoreProblem(Exception):
-    """A remote store failed for a known reason (no credentials, unreachable...): the
-    message names the cause and the fix; ``__cause__`` is the client's own error."""
 
 
 def reach(args: argparse.Namespace, url: str, options: dict | None) -> None:

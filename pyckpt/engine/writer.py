@@ -29,7 +29,7 @@ from .._version import __version__
 from .._dtypes import dtype_name, little_endian
 from ..device.ring import stage_ring
 from ..device.staging import has_device_values, issue_copies, stage_values
-from ..errors import add_note
+from ..errors import add_note, WriteEnded
 from ..format import Manifest
 from ..format.manifest import FileEntry, build_manifest
 from ..storage import Store
@@ -217,11 +217,6 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
         attempts.end(store, path, attempt)
 
 
-class _WriteEnded(OSError):
-    """The writers of a ring-staged save ended before a value was written (their
-    own error, raised by the job's wait, is the one reported)."""
-
-
 class StagedSave:
     """A local save that copies live tensors into staging buffers while writing
     them (``_core.StagedWrite``): ``stage()`` returns once the live tensors may
@@ -302,7 +297,7 @@ class StagedSave:
                     _discard(self.store, self.path, self.paths, e)
             finally:
                 attempts.end(self.store, self.path, self.attempt)
-            if isinstance(e, _WriteEnded) and writer_error is not None:
+            if isinstance(e, WriteEnded) and writer_error is not None:
                 raise writer_error from None  # ...unless the writers' error stopped it
             raise
 
@@ -320,7 +315,7 @@ class StagedSave:
             try:
                 job.wait_written(i)
             except Exception as e:
-                raise _WriteEnded(str(e)) from e
+                raise WriteEnded(str(e)) from e
 
         stage_ring(self.live, [i for i in order if i in self.ring], rings,
                    mark=job.mark_ready, written=written)

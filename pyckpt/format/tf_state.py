@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..errors import CorruptCheckpointError
+from ..errors import CorruptCheckpointError, StateFileSyntaxError
 
 __all__ = ["STATE_NAME", "TFState", "parse_state", "format_state", "checkpoint_name"]
 
@@ -41,10 +41,6 @@ class TFState:
     all_model_checkpoint_paths: list[str] = dataclasses.field(default_factory=list)
     all_model_checkpoint_timestamps: list[float] = dataclasses.field(default_factory=list)
     last_preserved_timestamp: float | None = None
-
-
-class _Bad(ValueError):
-    pass
 
 
 def _tokens(text: str) -> list[tuple[str, object]]:
@@ -72,7 +68,7 @@ def _tokens(text: str) -> list[tuple[str, object]]:
             while j < n and (text[j].isalnum() or text[j] in "_.+-"):
                 j += 1
             if j == i:
-                raise _Bad(f"unexpected character {c!r} at offset {i}")
+                raise StateFileSyntaxError(f"unexpected character {c!r} at offset {i}")
             word = text[i:j]
             out.append(("ident" if word[0].isalpha() or word[0] == "_" else "number", word))
             i = j
@@ -86,7 +82,7 @@ def _string(text: str, i: int) -> tuple[str, int]:
     n = len(text)
     while True:
         if i >= n or text[i] == "\n":
-            raise _Bad("unterminated string")
+            raise StateFileSyntaxError("unterminated string")
         c = text[i]
         if c == quote:
             break
@@ -95,7 +91,7 @@ def _string(text: str, i: int) -> tuple[str, int]:
             i += 1
             continue
         if i + 1 >= n:
-            raise _Bad("unterminated escape")
+            raise StateFileSyntaxError("unterminated escape")
         e = text[i + 1]
         if e in _ESCAPES:
             raw += _ESCAPES[e].encode()
@@ -111,26 +107,26 @@ def _string(text: str, i: int) -> tuple[str, int]:
             while j < min(n, i + 4) and text[j] in "0123456789abcdefABCDEF":
                 j += 1
             if j == i + 2:
-                raise _Bad("bad \\x escape")
+                raise StateFileSyntaxError("bad \\x escape")
             raw.append(int(text[i + 2:j], 16))
             i = j
         else:
-            raise _Bad(f"unknown escape \\{e}")
+            raise StateFileSyntaxError(f"unknown escape \\{e}")
     try:
         return raw.decode("utf-8"), i + 1
     except UnicodeDecodeError:
-        raise _Bad("a path is not UTF-8") from None
+        raise StateFileSyntaxError("a path is not UTF-8") from None
 
 
 def _number(token: tuple[str, object]) -> float:
     kind, value = token
     if kind not in ("number", "ident"):
-        raise _Bad(f"expected a number, got {value!r}")
+        raise StateFileSyntaxError(f"expected a number, got {value!r}")
     word = str(value).lower().rstrip("f") if str(value).lower() not in ("inf", "-inf") else str(value)
     try:
         x = float(word)
     except ValueError:
-        raise _Bad(f"bad number {value!r}") from None
+        raise StateFileSyntaxError(f"bad number {value!r}") from None
     return x
 
 
@@ -147,12 +143,12 @@ def parse_state(data: bytes, url: str = "checkpoint") -> TFState:
         while k < len(toks):
             kind, name = toks[k]
             if kind != "ident":
-                raise _Bad(f"expected a field name, got {name!r}")
+                raise StateFileSyntaxError(f"expected a field name, got {name!r}")
             k += 1
             if k < len(toks) and toks[k][0] == ":":
                 k += 1
             if k >= len(toks):
-                raise _Bad(f"field {name} has no value")
+                raise StateFileSyntaxError(f"field {name} has no value")
             if toks[k][0] in ("{", "<"):  # a message value: skip it, balanced
                 depth = 0
                 while k < len(toks):
@@ -162,7 +158,7 @@ def parse_state(data: bytes, url: str = "checkpoint") -> TFState:
                     if depth == 0:
                         break
                 if depth:
-                    raise _Bad(f"unbalanced braces in field {name}")
+                    raise StateFileSyntaxError(f"unbalanced braces in field {name}")
                 continue
             values = []
             if toks[k][0] == "[":
@@ -171,7 +167,7 @@ def parse_state(data: bytes, url: str = "checkpoint") -> TFState:
                     values.append(toks[k])
                     k += 1
                 if k >= len(toks):
-                    raise _Bad(f"unterminated list in field {name}")
+                    raise StateFileSyntaxError(f"unterminated list in field {name}")
                 k += 1
             else:
                 values.append(toks[k])
@@ -179,7 +175,7 @@ def parse_state(data: bytes, url: str = "checkpoint") -> TFState:
             for tok in values:
                 if name in ("model_checkpoint_path", "all_model_checkpoint_paths"):
                     if tok[0] != "string":
-                        raise _Bad(f"{name} must be a string, got {tok[1]!r}")
+                        raise StateFileSyntaxError(f"{name} must be a string, got {tok[1]!r}")
                     if name == "model_checkpoint_path":
                         state.model_checkpoint_path = str(tok[1])
                     else:
@@ -188,7 +184,7 @@ def parse_state(data: bytes, url: str = "checkpoint") -> TFState:
                     state.all_model_checkpoint_timestamps.append(_number(tok))
                 elif name == "last_preserved_timestamp":
                     state.last_preserved_timestamp = _number(tok)
-    except (_Bad, UnicodeDecodeError) as e:
+    except (StateFileSyntaxError, UnicodeDecodeError) as e:
         raise CorruptCheckpointError(f"TensorFlow state file {url} is not a CheckpointState in "
                                      f"text format: {e}") from None
     return state

@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
-from ..errors import CheckpointIOError
+from ..errors import CheckpointIOError, StallError, StoreDown
 from .diagnose import explain
 from .options import LAST_ATTEMPT_MIN, RemoteOptions
 
@@ -56,15 +56,6 @@ _TRANSIENT_NAMES = {"EndpointConnectionError", "ConnectionClosedError", "ReadTim
                     "ClientConnectionError", "ClientOSError", "ServerDisconnectedError",
                     "ClientPayloadError", "ServerTimeoutError", "TransportError",
                     "HttpError", "ChecksumError", "TransientError", "FSTimeoutError"}
-
-
-class StallError(TimeoutError):
-    """A request moved no byte for ``stall_timeout`` seconds (a transient failure)."""
-
-
-class StoreDown(TimeoutError):
-    """A request not even tried: the store stopped answering moments ago and the
-    follow-up window of that failure is spent (a transient failure)."""
 
 
 def is_transient(exc: BaseException) -> bool:

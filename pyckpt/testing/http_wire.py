@@ -14,16 +14,10 @@ import threading
 import time
 from typing import Protocol
 
+from ..errors import RelayAbort as Abort
+
 MAX_HEAD = 64 << 10
 RECV = 64 << 10
-
-
-class Abort(Exception):
-    """Ends the connection (``rst``: with a reset of both sides)."""
-
-    def __init__(self, rst: bool = False) -> None:
-        super().__init__()
-        self.rst = rst
 
 
 class Sink(Protocol):

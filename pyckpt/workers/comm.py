@@ -18,13 +18,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import WorkerTimeoutError
 
 DEFAULT_TIMEOUT = 300.0
-
-
-class WorkerTimeoutError(CheckpointError, TimeoutError):
-    """A worker did not take part in a collective step in time (dead or stuck)."""
 
 
 class Communicator(abc.ABC):

@@ -30,16 +30,12 @@ import numpy as np
 from ..engine import naming, writer
 from ..engine.commit import read_previous, sweep_orphans
 from ..engine.copy import read_data_files
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DistributedSaveError
 from ..format import INDEX_NAME, decode_index
 from ..storage import Store
 from ..storage.base import NewFile
 from .comm import Communicator
 from .plans import WriteResult
-
-
-class DistributedSaveError(CheckpointError):
-    """A multi-worker save failed; raised on every worker with every worker's error."""
 
 
 def _write_files(store: Store, path: str, files: Sequence[tuple[str, np.ndarray]]) -> None:

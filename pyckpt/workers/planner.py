@@ -25,19 +25,13 @@ from typing import Sequence, TypeAlias
 
 import numpy as np
 
+from ..errors import PlanError
 from ..sharded.boxes import check_partition
 from .plans import GlobalPlan, LocalPlan, TensorPlan
 
 
 # per tensor, (ranks, items): which worker writes which of its items
 _Writes: TypeAlias = "list[tuple[np.ndarray, np.ndarray]]"
-
-
-class PlanError(ValueError):
-    """Local plans that cannot be combined (workers disagree on a key's dtype, shape
-    or kind, or blocks do not tile their array); becomes the global plan's error."""
-
-    pass
 
 
 def _tiles(gshape: tuple[int, ...], offs: np.ndarray, shps: np.ndarray) -> str | None:

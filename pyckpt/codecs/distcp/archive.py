@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..._dtypes import stored_dtype
-from ...errors import CheckpointError, CorruptCheckpointError
+from ...errors import CorruptCheckpointError, UnsupportedDCPError
 from .allowed import ARCHIVE_GLOBALS, STORAGE_DTYPES, TORCH_DTYPES, UNTYPED_STORAGE, Rebuild
 from .unpickler import Global, restricted_load
 
@@ -40,12 +40,6 @@ _EOCD64 = struct.Struct("<4sQHHIIQQQQ")
 _CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
 _FULL = 0xFFFFFFFF
-
-
-class UnsupportedDCPError(CheckpointError, NotImplementedError):
-    """A DCP checkpoint layout or tensor pyckpt does not read (safetensors
-    serialization, stream transforms such as compression, sparse or quantized
-    tensors, dtypes without a numpy equivalent)."""
 
 
 class Place(NamedTuple):

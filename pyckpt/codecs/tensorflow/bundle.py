@@ -31,7 +31,7 @@ from ..._native import core as _core
 from ...engine import read_executor
 from ...engine.options import DEFAULT, IOOptions
 from ...engine.read_executor import ReadPlan
-from ...errors import CheckpointError, CorruptCheckpointError
+from ...errors import CheckpointError, CorruptCheckpointError, UnsupportedTensorError
 from ...format.source import KeyedSource
 from ..record_file import read_record_file
 from ...sharded import ShardedArray
@@ -52,11 +52,6 @@ MAX_SHARDS = 1 << 20
 MAX_TENSOR_BYTES = 1 << 62
 PIECE = 8 << 20                 # unit of parallel work of a large entry (local files)
 STEP = 1 << 20                  # bytes read and checksummed at a time (stays in cache)
-
-
-class UnsupportedTensorError(CheckpointError, NotImplementedError):
-    """A TensorFlow tensor pyckpt cannot read (a partitioned variable saved as
-    slices, a variant or resource tensor, a dtype without a numpy type)."""
 
 
 def data_file_name(prefix_name: str, shard: int, num_shards: int) -> str:

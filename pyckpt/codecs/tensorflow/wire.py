@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
+from ...errors import WireError
+
 __all__ = ["VARINT", "FIXED64", "LEN", "FIXED32", "WireError", "read_varint", "read_field", "fields",
            "signed64", "signed32", "varint", "field_varint", "field_bytes", "field_fixed32",
            "field_double"]
@@ -20,10 +22,6 @@ __all__ = ["VARINT", "FIXED64", "LEN", "FIXED32", "WireError", "read_varint", "r
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
 _U64 = 1 << 64
-
-
-class WireError(ValueError):
-    """A malformed protobuf message."""
 
 
 def read_varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
