@@ -22,9 +22,16 @@ def host_dtype_name(dtype: Any) -> str:
     return dtype_name(arr.dtype)
 
 
+_TORCH_DTYPES: dict[np.dtype, Any] = {}  # stored numpy dtype -> torch dtype (per-tensor path)
+
+
 def torch_dtype_of(dtype: np.dtype) -> Any:
-    """The torch dtype holding a stored numpy dtype's values."""
-    return torch_dtype(torch, dtype)
+    """The torch dtype holding a stored numpy dtype's values (cached: the reader asks
+    once per tensor and per read item)."""
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        found = _TORCH_DTYPES[dtype] = torch_dtype(torch, dtype)
+    return found
 
 
 def _path(key: str, path: Any) -> list:

@@ -4,9 +4,11 @@
 pyckpt reads) and declares each tensor to DCP as one chunk covering it, so DCP's
 planner asks every rank for boxes of whole tensors; ``read_data`` reads each box
 through the checkpoint source, which reads only the stored blocks the box touches
-and checks every chunk's CRC-32C, straight into the target tensor where it is a
-contiguous CPU tensor of the stored dtype (else into a buffer copied into it, as
-DCP's own reader does, casting to the target's dtype). Bytes entries (DCP's
+and checks every chunk's CRC-32C, straight into the tensors DCP's planner resolves
+(``CheckpointSource.fill``, as ``load(into=)``): a contiguous CPU tensor of the
+stored dtype in place, a CUDA tensor through pinned bounce buffers and a copy on
+its device (no host copy of it); other targets through a buffer copied into them,
+as DCP's own reader does, casting to the target's dtype. Bytes entries (DCP's
 non-tensor values) are handed to DCP's planner, which unpickles them: pyckpt
 never does.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import io
 import os
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -28,7 +30,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.futures import Future
 
 from ..adapters.torch_support import _tensor, writable
-from ..sharded import ShardedArray
+from ..device.array import DeviceArray
 from ..sources import CheckpointSource, open_source
 from ..tree import static_values
 from .names import planner_data_of, torch_dtype_of
@@ -89,19 +91,15 @@ class StorageReader(_Base):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         src = self._open()
-        batch: list[_Box] = []
-        held = 0
+        batch = _Batch(src)
         for ri in plan.items:
             if ri.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(ri, io.BytesIO(self._bytes[ri.storage_index.fqn]))
                 continue
-            box = _Box(src, ri, planner)
-            batch.append(box)
-            held += 0 if box.in_place else box.array.nbytes
-            if held >= _BATCH_BYTES:
-                _run(src, batch, planner)
-                batch, held = [], 0
-        _run(src, batch, planner)
+            batch.add(ri, planner.resolve_tensor(ri))
+            if batch.held >= _BATCH_BYTES:
+                batch.run(planner)
+        batch.run(planner)
         fut: Future[None] = Future()
         fut.set_result(None)
         return fut
@@ -117,46 +115,83 @@ class StorageReader(_Base):
         return self._source
 
 
-class _Box:
-    """One tensor ReadItem: its target tensor and the array read into (the target's
-    own memory when it is a contiguous CPU tensor of the stored dtype, else a buffer
-    copied into the target afterwards)."""
+class _Batch:
+    """Tensor ReadItems read together: per item its target tensor, the destination
+    read into and the box of the stored tensor it holds. A destination is the
+    target's own memory wherever the target can be filled in place, as
+    ``load(into=)`` fills it (``adapters/torch_support.writable``): a contiguous
+    CPU tensor of the stored dtype through a numpy view, a CUDA tensor as a
+    DeviceArray (``CheckpointSource.fill`` reads it through pinned bounce buffers
+    and copies it on its device: no host copy of it); else a host buffer copied
+    into the target afterwards, as DCP's own reader does (casting to the target's
+    dtype). ``held``: bytes of those buffers."""
 
-    __slots__ = ("item", "index", "target", "array", "in_place")
+    def __init__(self, src: CheckpointSource) -> None:
+        self.src = src
+        self.held = 0
+        self._clear()
 
-    def __init__(self, src: CheckpointSource, ri: Any, planner: LoadPlanner) -> None:
-        self.item = ri
-        self.index = i = src.index_of(ri.storage_index.fqn)
-        self.target = target = planner.resolve_tensor(ri).detach()
-        lengths = tuple(int(n) for n in ri.lengths)
+    def _clear(self) -> None:
+        self.items: list[Any] = []
+        self.targets: list[Any] = []
+        self.idx: list[int] = []
+        self.dsts: list[Any] = []
+        self.boxes: list[tuple[int, ...] | None] = []
+        self.after: list[Callable[[], None] | None] = []
+        self.held = 0
+
+    def add(self, ri: Any, resolved: Any) -> None:
+        src = self.src
+        i = src.index_of(ri.storage_index.fqn)
+        target = resolved.detach()
+        lengths = tuple(ri.lengths)
         if tuple(target.shape) != lengths:
             raise ValueError(f"DCP asked to read a box of shape {lengths} of "
                              f"{ri.storage_index.fqn!r} into a tensor of shape "
                              f"{tuple(target.shape)}")
         dtype = src.dtype(i)
-        view = None
-        if target.device.type == "cpu" and target.is_contiguous() \
-                and target.dtype == torch_dtype_of(dtype):
-            w = writable(target)
-            if isinstance(w, tuple) and w[1] is None and w[0].dtype == dtype:
-                view = w[0]
-        self.in_place = view is not None
-        self.array = view if view is not None else np.empty(lengths, dtype=dtype)
+        dst, after = _in_place(target, dtype)
+        if dst is None:  # read aside, copied into the target once read
+            dst = np.empty(lengths, dtype=dtype)
+            after = _copier(target, dst)
+            self.held += dst.nbytes
+        self.items.append(ri)
+        self.targets.append(target)
+        self.idx.append(i)
+        self.dsts.append(dst)
+        self.boxes.append(None if lengths == src.shape(i)
+                          else tuple(int(o) for o in ri.storage_offsets))
+        self.after.append(after)
 
-    def destination(self, src: CheckpointSource) -> Any:
-        """The read target: the whole array, or the box as a ShardedArray block."""
-        shape = src.shape(self.index)
-        if self.array.shape == tuple(shape):
-            return self.array
-        return ShardedArray(self.array, shape, tuple(int(o) for o in self.item.storage_offsets))
+    def run(self, planner: LoadPlanner) -> None:
+        """Reads the batch (in parallel, verified), then hands each tensor to DCP."""
+        if not self.items:
+            return
+        boxes = self.boxes if any(b is not None for b in self.boxes) else None
+        self.src.fill(self.idx, self.dsts, boxes)
+        for ri, target, after in zip(self.items, self.targets, self.after):
+            if after is not None:
+                after()
+            planner.commit_tensor(ri, target)
+        self._clear()
 
 
-def _run(src: CheckpointSource, batch: list[_Box], planner: LoadPlanner) -> None:
-    """Reads a batch of boxes (in parallel, verified), then hands each to DCP."""
-    if not batch:
-        return
-    src.read([b.index for b in batch], [b.destination(src) for b in batch])
-    for b in batch:
-        if not b.in_place:
-            b.target.copy_(_tensor(torch, b.array, copy=False))
-        planner.commit_tensor(b.item, b.target)
+def _in_place(target: Any, dtype: np.dtype) -> tuple[Any, Callable[[], None] | None]:
+    """(destination, finish) filling ``target`` in place (``writable``: a numpy view
+    of a CPU tensor, a DeviceArray of a CUDA one, or a host copy written back by
+    finish), or (None, None) when it cannot hold the stored dtype's bytes as they
+    are (another dtype, or a non-contiguous CPU view)."""
+    if target.dtype != torch_dtype_of(dtype):
+        return None, None
+    w = writable(target)
+    if isinstance(w, DeviceArray):
+        return w, None
+    if w is not None and w[0].dtype == dtype and w[0].flags.c_contiguous:
+        return w
+    return None, None
+
+
+def _copier(target: Any, buf: np.ndarray) -> Callable[[], None]:
+    def copy() -> None:
+        target.copy_(_tensor(torch, buf, copy=False))
+    return copy

@@ -6,9 +6,14 @@ DCP's call sequence, and what each step does here (docs/PROTOCOL.md section 8):
  - ``prepare_global_plan`` (coordinator): starts the attempt (its marker, before
    any data) and hands every rank the attempt id and its rank inside its plan;
  - ``write_data`` (every rank): its items into its own shard files, each chunk
-   checksummed (the C++ writers, GIL released); the results say where each block
-   landed, and carry the bytes of the non-tensor items;
+   checksummed (the C++ writers, GIL released); CUDA tensors are staged through
+   the pinned staging buffers of every save of device values first
+   (``planned_save.write_blocks``); the results say where each block landed, and
+   carry the bytes of the non-tensor items;
  - ``finish`` (coordinator, once every rank succeeded): the index, last.
+
+Writing and committing each take the rank's turn among the saves to the same
+place (``ordering.py``), as ``saving`` does: a save called earlier commits first.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteIte
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from .. import ordering
 from ..adapters.torch_support import to_numpy
+from ..device.array import DeviceArray
 from ..storage import resolve
 from ..workers import planned_save
 from ..workers.planned_save import PlannedTensor, StoredBlock
@@ -49,19 +56,19 @@ class _Bytes:
     data: bytes
 
 
-def _host_block(item: Any, value: Any) -> np.ndarray:
-    """The CPU, contiguous numpy array of one tensor item (a view where possible)."""
+def _live_block(item: Any, value: Any) -> np.ndarray | DeviceArray:
+    """The value of one tensor item as a save sees it (``to_numpy``, the torch leaf
+    hook): a numpy view of a CPU tensor (made contiguous first), a DeviceArray of a
+    CUDA tensor (staged through pinned buffers by ``write_blocks``, not copied here)."""
     t = value.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if not t.is_contiguous():
-        t = t.contiguous()
     want = tuple(item.tensor_data.chunk.sizes)
     if tuple(t.shape) != want:
         raise ValueError(f"DCP item {item.index.fqn!r} at {tuple(item.index.offset or ())}: the "
                          f"planner resolved a tensor of shape {tuple(t.shape)}, its plan says {want}")
+    if t.is_cpu and not t.is_contiguous():
+        t = t.contiguous()
     arr = to_numpy(t)
-    assert isinstance(arr, np.ndarray)  # a CPU tensor
+    assert arr is not None  # a tensor
     return arr
 
 
@@ -77,6 +84,7 @@ class StorageWriter(_Base):
         self._coordinator = False
         self._attempt: str | None = None
         self._release: Any = None
+        self._rank = 0  # this rank's place in the order of saves (ordering.py)
 
     # -- DCP's interface ---------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
@@ -117,6 +125,7 @@ class StorageWriter(_Base):
             raise RuntimeError("pyckpt.dcp.StorageWriter: the plan carries no pyckpt attempt "
                                "(prepare_global_plan of this writer class did not run)")
         store, p = resolve(self.path, self.storage_options)
+        self._rank = part.rank
         tensors, results = [], []
         for item in plan.items:
             if item.type == WriteItemType.BYTE_IO:
@@ -125,9 +134,11 @@ class StorageWriter(_Base):
                 results.append(WriteResult(item.index, len(raw), _Bytes(raw)))
             else:
                 tensors.append(item)
-        blocks = [(item.index.fqn, _host_block(item, planner.resolve_data(item)),
+        blocks = [(item.index.fqn, _live_block(item, planner.resolve_data(item)),
                    tuple(item.tensor_data.chunk.offsets)) for item in tensors]
-        stored = planned_save.write_blocks(store, p, part.attempt, part.rank, blocks)
+        # this rank's writes wait for its earlier saves to the same place (ordering.py)
+        with ordering.take(ordering.place(store, p, part.rank), blocking=True).held():
+            stored = planned_save.write_blocks(store, p, part.attempt, part.rank, blocks)
         results += [WriteResult(item.index, b.nbytes, b) for item, b in zip(tensors, stored)]
         fut: Future[list[WriteResult]] = Future()
         fut.set_result(results)
@@ -143,8 +154,10 @@ class StorageWriter(_Base):
         tensors, tree = _layout(metadata, [r for rs in results for r in rs])
         extra = {"dcp": {"version": metadata.version,
                          "planner_data": json_planner_data(metadata.planner_data)}}
-        planned_save.commit_blocks(store, p, attempt, tensors, world_size=len(results),
-                                   tree={"d": tree}, extra_info=extra)
+        # the commit in its turn too: an earlier save to this place commits first
+        with ordering.take(ordering.place(store, p, self._rank), blocking=True).held():
+            planned_save.commit_blocks(store, p, attempt, tensors, world_size=len(results),
+                                       tree={"d": tree}, extra_info=extra)
 
     # -- helpers -----------------------------------------------------------------------
     def _give_up(self) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import CheckpointKeyError
 from ..device.loading import fill_targets
+from ..sharded import ShardedArray
 
 __all__ = ["CheckpointSource", "KeyedSource", "Target"]
 
@@ -98,11 +99,24 @@ class CheckpointSource(abc.ABC):
         of it) with verified values; dtypes equal the stored ones (byte order is the
         caller's business: ``_dtypes.source_order_view``)."""
 
-    def fill(self, indices: Sequence[int], dsts: Sequence[Any]) -> None:
+    def fill(self, indices: Sequence[int], dsts: Sequence[Any],
+             boxes: Sequence[Sequence[int] | None] | None = None) -> None:
         """``read``, where targets may also be DeviceArrays (device memory): those
         are read through pinned bounce buffers and copied to their device,
-        overlapped with the next reads (``device/loading.py``)."""
-        fill_targets(self.read, indices, dsts)
+        overlapped with the next reads (``device/loading.py``). ``boxes``: per
+        target, None (it holds the whole tensor) or the offsets of the block of the
+        tensor it holds (its shape: the target's), for targets that cannot be a
+        ShardedArray themselves (a DeviceArray's block: torch DCP's read items)."""
+        if boxes is None:
+            fill_targets(self.read, indices, dsts)
+            return
+
+        def read(pos: Sequence[int], arrays: Sequence[Any]) -> None:
+            self.read([indices[k] for k in pos],
+                      [a if (b := boxes[k]) is None else ShardedArray(a, self.shape(indices[k]), b)
+                       for k, a in zip(pos, arrays)])
+
+        fill_targets(read, range(len(indices)), dsts)
 
     @abc.abstractmethod
     def read_new(self, indices: Sequence[int], mmap: bool = False) -> list[np.ndarray]:

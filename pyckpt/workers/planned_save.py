@@ -25,6 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._dtypes import dtype_name, little_endian
+from ..device.array import DeviceArray
+from ..device.buffers import lease_shared
+from ..device.staging import has_device_values, stage_values
 from ..engine import attempts, naming, writer
 from ..engine.options import DEFAULT, IOOptions
 from ..engine.writer import PreparedTensor, info
@@ -73,10 +76,32 @@ def end(store: Store, path: str, attempt: str) -> None:
 
 
 def write_blocks(store: Store, path: str, attempt: str, rank: int,
-                 blocks: Sequence[tuple[str, np.ndarray, Sequence[int]]],
+                 blocks: Sequence[tuple[str, np.ndarray | DeviceArray, Sequence[int]]],
                  options: IOOptions = DEFAULT) -> list[StoredBlock]:
     """Step 2: writes ``(key, array, offsets)`` blocks of this worker; raises (having
-    deleted its own files) on failure."""
+    deleted its own files) on failure. An array may be a DeviceArray (device
+    memory): those are staged first into the pinned staging buffers every save of
+    device values uses (``device.buffers.lease_shared``, ``device.staging``), host
+    arrays are written from where they are."""
+    arrays = [arr for _, arr, _ in blocks]
+    if not has_device_values(arrays):
+        return _write_host(store, path, attempt, rank, blocks, options)  # type: ignore[arg-type]
+    buffers, done = lease_shared()
+    try:
+        staging = buffers.get([f"{key}#{j}" for j, (key, _, _) in enumerate(blocks)], arrays,
+                              copy_host=False)
+        stage_values(arrays, staging, threads=options.threads)
+        return _write_host(store, path, attempt, rank,
+                           [(key, s, offsets) for (key, _, offsets), s in zip(blocks, staging)],
+                           options)
+    finally:
+        done()
+
+
+def _write_host(store: Store, path: str, attempt: str, rank: int,
+                blocks: Sequence[tuple[str, np.ndarray, Sequence[int]]],
+                options: IOOptions) -> list[StoredBlock]:
+    """``write_blocks`` of host arrays."""
     prepared = []
     for j, (key, arr, _) in enumerate(blocks):
         try:
