@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Incremental saves benchmark (issue 25): ``CheckpointManager(..., incremental=True)``
+"""Incremental saves benchmark (issue 25): a ``CheckpointManager`` with ``IncrementalOptions``
 against plain full saves, on local disk and on S3 (a SeaweedFS server on 127.0.0.1).
 
 The state: a ``pyckpt.Checkpoint`` of float32 ``pyckpt.Variable``s (``--tensor-mib``
@@ -8,7 +8,7 @@ the tensors), ``--size-gb`` in all. Per storage, in one run:
 
 1. plain full save: ``CheckpointManager(ckpt, dir, max_to_keep=K)``; every save
    changes every tensor first;
-2. 10% changed: ``incremental=True, full_save_every=10``; before each save another
+2. 10% changed: ``IncrementalOptions(full_save_every=10)``; before each save another
    10% of the tensors change; save time, bytes written per save (the own bytes of
    the new checkpoint's manifest) as a share of a full save; targets: bytes <= 12% of
    a full save; on S3 time <= 0.25x the plain full save;
@@ -253,10 +253,10 @@ class Series:
         self.key, self.label, self.state, self.change = key, label, state, change
         self.store, self.dirname = store, dirname
         store.remove(dirname)
-        kw = dict(incremental=True, full_save_every=FULL_EVERY) if incremental else {}
-        self.manager = pyckpt.CheckpointManager(state.ckpt, store.url(dirname),
-                                                max_to_keep=max_to_keep,
-                                                storage_options=store.so, **kw)
+        inc = pyckpt.IncrementalOptions(full_save_every=FULL_EVERY) if incremental else None
+        self.manager = pyckpt.CheckpointManager(
+            state.ckpt, store.url(dirname), max_to_keep=max_to_keep, storage_options=store.so,
+            options=pyckpt.CheckpointManagerOptions(incremental=inc))
         self.records: list[dict] = []
 
     def step(self, i: int) -> None:

@@ -48,9 +48,10 @@ def run(mode: str, args: argparse.Namespace, options: dict) -> dict:
     local = tempfile.mkdtemp(prefix="pyckpt-bench-tiers-")
     ck = state(args.mib)
     tiered = mode.startswith("tiered")
-    extra = dict(local_dir=local, persist_every=args.persist_every, local_max_to_keep=2) \
-        if tiered else {}
-    m = pyckpt.CheckpointManager(ck, url, max_to_keep=3, storage_options=options, **extra)
+    tier = pyckpt.LocalTierOptions(local, max_to_keep=2, persist_every=args.persist_every) \
+        if tiered else None
+    m = pyckpt.CheckpointManager(ck, url, max_to_keep=3, storage_options=options,
+                                 options=pyckpt.CheckpointManagerOptions(local_tier=tier))
     stalls = []
     for step in range(1, args.saves + 1):
         time.sleep(args.step_seconds)
@@ -69,8 +70,9 @@ def run(mode: str, args: argparse.Namespace, options: dict) -> dict:
         out["durable_bytes_per_save"] = state_bytes / args.persist_every
         for tier, local_dir in (("local", local), ("durable", tempfile.mkdtemp())):
             ck2 = state(args.mib)
-            m2 = pyckpt.CheckpointManager(ck2, url, storage_options=options,
-                                          local_dir=local_dir)
+            m2 = pyckpt.CheckpointManager(
+                ck2, url, storage_options=options, options=pyckpt.CheckpointManagerOptions(
+                    local_tier=pyckpt.LocalTierOptions(local_dir)))
             t = time.perf_counter()
             where = m2.restore_or_initialize()
             out[f"restore_{tier}_s"] = time.perf_counter() - t

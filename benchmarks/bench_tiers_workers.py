@@ -64,11 +64,12 @@ def worker(args: argparse.Namespace) -> None:
                                   for _ in range(PARTS)])
     options = json.loads(os.environ["BENCH_S3"])
     tiered = args.mode in ("local", "tiered", "tiered-async")
-    extra = dict(local_dir=os.path.join(args.base, f"node{rank}"), local_max_to_keep=2,
-                 replicate=1, persist_every=args.persist_every if args.mode != "local"
-                 else 10 ** 9) if tiered else {}
+    tier = pyckpt.LocalTierOptions(os.path.join(args.base, f"node{rank}"), max_to_keep=2,
+                                   replicate=1, persist_every=args.persist_every
+                                   if args.mode != "local" else 10 ** 9) if tiered else None
     blocking = args.mode != "tiered-async"
-    m = pyckpt.CheckpointManager(ck, args.url, max_to_keep=3, storage_options=options, **extra)
+    m = pyckpt.CheckpointManager(ck, args.url, max_to_keep=3, storage_options=options,
+                                 options=pyckpt.CheckpointManagerOptions(local_tier=tier))
     out: dict = {"rank": rank}
     t = time.perf_counter()
     out["restored"] = m.restore_or_initialize()

@@ -6,7 +6,9 @@ Public API (see docs/API.md / README.md):
 - name-based checkpoints: :func:`save`, :func:`load`
 - object-based checkpoints: :class:`Trackable`, :class:`Module`, :class:`Checkpoint`,
   :class:`LoadStatus`, :class:`Snapshot`, :func:`copy_state`
-- training runs: :class:`CheckpointManager`
+- training runs: :class:`CheckpointManager` and its options
+  (:class:`CheckpointManagerOptions`, :class:`AsyncOptions`, :class:`LocalTierOptions`,
+  :class:`IncrementalOptions`)
 - stateful values: :class:`GlobalRNG` (the process's random state)
 - inspection: :func:`load_checkpoint`, :func:`list_variables`, :func:`load_variable`,
   :func:`latest_checkpoint`
@@ -44,7 +46,13 @@ from .graph import (
     Trackable,
     copy_state,
 )
-from .manager import CheckpointManager
+from .manager import (
+    AsyncOptions,
+    CheckpointManager,
+    CheckpointManagerOptions,
+    IncrementalOptions,
+    LocalTierOptions,
+)
 from .rng import GlobalRNG
 from .sharded import ShardedArray
 from .variables import Variable
@@ -72,6 +80,10 @@ __all__ = [
     "Snapshot",
     "copy_state",
     "CheckpointManager",
+    "CheckpointManagerOptions",
+    "AsyncOptions",
+    "LocalTierOptions",
+    "IncrementalOptions",
     "GlobalRNG",
     "CheckpointReader",
     "load_checkpoint",

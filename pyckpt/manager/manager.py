@@ -1,44 +1,31 @@
 """``pyckpt.CheckpointManager`` (docs/API.md sections 3 and 13): the public face of
 a run directory's keeper (``keeper.py``: numbering, writer lease, records,
 retention, crash recovery; the save sequence is docs/PROTOCOL.md section 3), or,
-with ``local_dir``, of two keepers composed by ``tiers.py`` (one worker) or
+with a local tier, of two keepers composed by ``tiers.py`` (one worker) or
 ``node_tiers.py`` (several workers, each with a node-local tier). Every save
-mode is ``saving``'s: blocking or in the background, one worker or many.
+mode is ``saving``'s: blocking or in the background, one worker or many. Its
+options beyond the positional signature are ``options.py``'s objects.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
-from ..device.buffers import check_budget
-from ..workers.comm import Communicator, resolve_comm
+from ..workers.comm import resolve_comm
 from .keeper import RunKeeper
 from .node_tiers import NodeTiers
+from .options import CheckpointManagerOptions, from_keywords
 from .tiers import Tiers
 
 
 def _check_options(checkpoint: Any, max_to_keep: int | None, checkpoint_interval: int | None,
-                   step_counter: Any, full_save_every: int | None) -> None:
+                   step_counter: Any) -> None:
     if not hasattr(checkpoint, "save_counter") or not hasattr(checkpoint, "write"):
         raise TypeError("CheckpointManager needs a pyckpt.Checkpoint")
     if max_to_keep is not None and max_to_keep < 1:
         raise ValueError("max_to_keep must be None or at least 1")
     if checkpoint_interval is not None and step_counter is None:
         raise ValueError("checkpoint_interval needs a step_counter")
-    if full_save_every is not None and (type(full_save_every) is not int
-                                        or full_save_every < 1):
-        raise ValueError(f"full_save_every must be None or an integer >= 1, not "
-                         f"{full_save_every!r}")
-
-
-def _check_incremental(comm: Communicator | None, local_dir: Any) -> None:
-    """Incremental saves exist for every mode but node-local tiers (so far)."""
-    c = resolve_comm(comm)
-    if local_dir is not None and c is not None and c.world_size > 1:
-        raise NotImplementedError(
-            "incremental=True is not supported yet with local_dir in a multi-worker job "
-            "(node-local tiers): use one or the other (docs/API.md section 18)")
 
 
 class CheckpointManager:
@@ -62,27 +49,18 @@ class CheckpointManager:
       ``max_to_keep`` by that score (``"max"`` or ``"min"``) instead of the newest.
     - ``storage_options``: fsspec options (endpoint_url, key, secret, token...), and
       ``{"pyckpt": {...}}`` for pyckpt's own limits (deadline, stall_timeout...).
-    - ``max_async_bytes``: a ``save(blocking=False)`` of more bytes than this is made
-      blocking (no staging copy of the state).
-    - ``max_pinned_bytes``: device values are staged through a ring of at most this
-      much pinned memory per device, not a pinned copy of the whole state
-      (docs/API.md section 10; single-process saves to local files).
-    - ``lease_seconds``: how long another host's writer lease counts as live without
-      a heartbeat.
-    - ``clock``: the time source (tests of ``keep_checkpoint_every_n_hours``).
-    - ``comm``: the communicator of a multi-worker run (``pyckpt.dist``); by default
-      an initialized torch.distributed group, else one process.
-    - ``local_dir``: a fast local tier in front of ``directory``: every save goes
-      there, some are persisted to ``directory`` in the background.
-    - ``local_max_to_keep``: checkpoints kept in the local tier.
-    - ``persist_every``: persist every N-th save; ``persist_interval_seconds``: at
-      most one persist per that many seconds (neither: every save).
-    - ``replicate``: with several workers and ``local_dir``, each worker's files are
-      also written to the local tiers of the next ``replicate`` workers.
-    - ``incremental``: each save writes only the tensors that changed since the
-      checkpoint saved last and references that one's data for the rest (docs/API.md
-      section 18); ``full_save_every``: every how many saves one is full (None: only
-      when most of the data changed).
+    - ``options``: a ``CheckpointManagerOptions`` (``pyckpt.CheckpointManagerOptions``):
+      background saves and device staging (``AsyncOptions``), a fast local tier in
+      front of ``directory`` (``LocalTierOptions``), incremental saves
+      (``IncrementalOptions``), the writer lease, the clock and the communicator of a
+      multi-worker run. ``manager.options`` is the options in effect.
+    - ``old_keywords``: the keyword-only arguments of earlier versions
+      (``max_async_bytes``, ``max_pinned_bytes``, ``lease_seconds``, ``clock``,
+      ``comm``, ``local_dir``, ``local_max_to_keep``, ``persist_every``,
+      ``persist_interval_seconds``, ``replicate``, ``incremental``,
+      ``full_save_every``) still work: each is deprecated (a DeprecationWarning
+      naming the options field that replaces it) and sets that field;
+      ``ValueError`` when ``options`` sets the same field too.
 
     ``save()`` returns the new checkpoint's path (None when skipped);
     ``restore_or_initialize()``, ``wait_until_finished()``, ``close()`` (also as a
@@ -95,59 +73,57 @@ class CheckpointManager:
                  checkpoint_name: str = "ckpt", step_counter: Any = None,
                  checkpoint_interval: int | None = None, init_fn: Callable[[], Any] | None = None,
                  best_fn: Callable[[dict], float] | None = None, best_mode: str = "max",
-                 storage_options: dict | None = None, *, max_async_bytes: int | None = None,
-                 lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 comm: Communicator | None = None, local_dir: Any = None,
-                 local_max_to_keep: int | None = 2, persist_every: int | None = None,
-                 persist_interval_seconds: float | None = None, replicate: int = 0,
-                 incremental: bool = False, full_save_every: int | None = 10,
-                 max_pinned_bytes: int | None = None) -> None:
-        _check_options(checkpoint, max_to_keep, checkpoint_interval, step_counter,
-                       full_save_every)
-        check_budget(max_pinned_bytes)
-        if incremental:
-            _check_incremental(comm, local_dir)
+                 storage_options: dict | None = None, *,
+                 options: CheckpointManagerOptions | None = None, **old_keywords: Any) -> None:
+        _check_options(checkpoint, max_to_keep, checkpoint_interval, step_counter)
+        if options is not None and not isinstance(options, CheckpointManagerOptions):
+            raise TypeError(f"options must be a pyckpt.CheckpointManagerOptions, not "
+                            f"{options!r}")
+        if old_keywords or options is None:
+            options = from_keywords(options, old_keywords)
+        self._options = options
         self._checkpoint = checkpoint
         self._init_fn = init_fn
+        staging = options.async_options
+        inc = options.incremental  # None: full saves (full_save_every then means nothing)
+        incremental: dict[str, Any] = dict(
+            incremental=inc is not None, full_save_every=10 if inc is None else inc.full_save_every)
         durable: dict[str, Any] = dict(keep_checkpoint_every_n_hours=keep_checkpoint_every_n_hours,
                        checkpoint_name=checkpoint_name, best_fn=best_fn, best_mode=best_mode,
-                       storage_options=storage_options, lease_seconds=lease_seconds,
-                       clock=clock, comm=comm)
+                       storage_options=storage_options, lease_seconds=options.lease_seconds,
+                       clock=options.clock, comm=options.comm)
         self._tiers: Tiers | None = None
-        if local_dir is None:
-            if persist_every is not None or persist_interval_seconds is not None or replicate:
-                raise ValueError("persist_every, persist_interval_seconds and replicate need a "
-                                 "local_dir")
+        tier = options.local_tier
+        if tier is None:
             self._keeper: RunKeeper | Tiers = RunKeeper(
                 checkpoint, directory, max_to_keep, step_counter=step_counter,
-                checkpoint_interval=checkpoint_interval, max_async_bytes=max_async_bytes,
-                incremental=incremental, full_save_every=full_save_every,
-                max_pinned_bytes=max_pinned_bytes, **durable)
+                checkpoint_interval=checkpoint_interval,
+                max_async_bytes=staging.max_async_bytes,
+                max_pinned_bytes=staging.max_pinned_bytes, **incremental, **durable)
             return
-        if local_max_to_keep is not None and local_max_to_keep < 1:
-            raise ValueError("local_max_to_keep must be None or at least 1")
-        c = resolve_comm(comm)
+        c = resolve_comm(options.comm)
         world = 1 if c is None else c.world_size
+        options.check_world(world)
         several = world > 1
-        if several and not 0 <= replicate < world:
-            raise ValueError(f"replicate must be between 0 and {world - 1} "
-                             f"(the other workers), not {replicate}")
-        if replicate and not several:
-            raise ValueError("replicate needs a multi-worker job (comm)")
-        local = RunKeeper(checkpoint, local_dir, local_max_to_keep,
+        local = RunKeeper(checkpoint, tier.directory, tier.max_to_keep,
                           checkpoint_name=checkpoint_name, step_counter=step_counter,
                           checkpoint_interval=checkpoint_interval,
-                          max_async_bytes=max_async_bytes, lease_seconds=lease_seconds,
-                          clock=clock, comm=comm, node_local=replicate if several else None,
-                          incremental=incremental, full_save_every=full_save_every,
-                          max_pinned_bytes=max_pinned_bytes)
+                          max_async_bytes=staging.max_async_bytes,
+                          lease_seconds=options.lease_seconds, clock=options.clock,
+                          comm=options.comm, node_local=tier.replicate if several else None,
+                          max_pinned_bytes=staging.max_pinned_bytes, **incremental)
         # the durable tier only receives copies: no staging buffers
-        kept = RunKeeper(checkpoint, directory, max_to_keep, max_async_bytes=0,
-                         incremental=incremental, full_save_every=full_save_every, **durable)
-        self._tiers = (NodeTiers(local, kept, persist_every, persist_interval_seconds, c)
-                       if several and c is not None
-                       else Tiers(local, kept, persist_every, persist_interval_seconds))
+        kept = RunKeeper(checkpoint, directory, max_to_keep, max_async_bytes=0, **incremental,
+                         **durable)
+        every, interval = tier.persist_every, tier.persist_interval_seconds
+        self._tiers = (NodeTiers(local, kept, every, interval, c) if several and c is not None
+                       else Tiers(local, kept, every, interval))
         self._keeper = self._tiers
+
+    @property
+    def options(self) -> CheckpointManagerOptions:
+        """The options in effect (``options=`` with any deprecated keywords folded in)."""
+        return self._options
 
     @property
     def directory(self) -> str:
