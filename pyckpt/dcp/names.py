@@ -12,7 +12,8 @@ from .._dtypes import dtype_name
 from ..adapters.torch_device import torch_dtype
 from ..adapters.torch_support import to_numpy
 
-__all__ = ["host_dtype_name", "torch_dtype_of", "json_planner_data", "planner_data_of"]
+__all__ = ["host_dtype_name", "torch_dtype_of", "stored_dtypes", "json_planner_data",
+           "planner_data_of"]
 
 
 def host_dtype_name(dtype: Any) -> str:
@@ -32,6 +33,21 @@ def torch_dtype_of(dtype: np.dtype) -> Any:
     if found is None:
         found = _TORCH_DTYPES[dtype] = torch_dtype(torch, dtype)
     return found
+
+
+def stored_dtypes(src: Any) -> list[tuple[np.dtype, Any]]:
+    """(stored numpy dtype, torch dtype) of every tensor of the CheckpointSource
+    ``src``, in stored order: each distinct dtype object is resolved once (a format
+    hands out a few, one per dtype; the list keeps them alive, so ids stay unique)."""
+    seen: dict[int, Any] = {}
+    out = []
+    for i in range(len(src.keys)):
+        d = src.dtype(i)
+        t = seen.get(id(d))
+        if t is None:
+            t = seen[id(d)] = torch_dtype_of(d)
+        out.append((d, t))
+    return out
 
 
 def _path(key: str, path: Any) -> list:

@@ -33,7 +33,7 @@ from ..adapters.torch_support import _tensor, writable
 from ..device.array import DeviceArray
 from ..sources import CheckpointSource, open_source
 from ..tree import static_values
-from .names import planner_data_of, torch_dtype_of
+from .names import planner_data_of, stored_dtypes
 
 __all__ = ["StorageReader"]
 
@@ -51,6 +51,7 @@ class StorageReader(_Base):
         self.storage_options = storage_options
         self._source: CheckpointSource | None = None
         self._bytes: dict[str, bytes] = {}
+        self._types: list[tuple[np.dtype, Any]] = []  # per tensor: numpy and torch dtype
 
     # -- DCP's interface ---------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
@@ -65,11 +66,15 @@ class StorageReader(_Base):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         src = self._open()
         sdm: dict[str, Any] = {}
-        for i, key in enumerate(src.keys):
-            shape = torch.Size(src.shape(i))
-            sdm[key] = TensorStorageMetadata(
-                properties=TensorProperties(dtype=torch_dtype_of(src.dtype(i))), size=shape,
-                chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=shape)])
+        origins: dict[int, torch.Size] = {}  # rank -> the zero offsets (a tuple: shared)
+        for key, shape, (_, tdt) in zip(src.keys, map(src.shape, range(len(self._types))),
+                                        self._types):
+            size = torch.Size(shape)
+            origin = origins.get(len(shape))
+            if origin is None:
+                origin = origins[len(shape)] = torch.Size((0,) * len(shape))
+            sdm[key] = TensorStorageMetadata(properties=TensorProperties(dtype=tdt), size=size,
+                                             chunks=[ChunkStorageMetadata(origin, size)])
         for key in self._bytes:
             sdm[key] = BytesStorageMetadata()
         dcp_info = src.info.get("dcp") if isinstance(src.info, dict) else None
@@ -91,7 +96,7 @@ class StorageReader(_Base):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         src = self._open()
-        batch = _Batch(src)
+        batch = _Batch(src, self._types)
         for ri in plan.items:
             if ri.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(ri, io.BytesIO(self._bytes[ri.storage_index.fqn]))
@@ -111,6 +116,7 @@ class StorageReader(_Base):
             tree = src.tree
             values = static_values(tree) if tree is not None else {}
             self._bytes = {k: v for k, v in values.items() if isinstance(v, bytes)}
+            self._types = stored_dtypes(src)
             self._source = src
         return self._source
 
@@ -126,8 +132,8 @@ class _Batch:
     into the target afterwards, as DCP's own reader does (casting to the target's
     dtype). ``held``: bytes of those buffers."""
 
-    def __init__(self, src: CheckpointSource) -> None:
-        self.src = src
+    def __init__(self, src: CheckpointSource, types: list[tuple[np.dtype, Any]]) -> None:
+        self.src, self.types = src, types
         self.held = 0
         self._clear()
 
@@ -143,14 +149,14 @@ class _Batch:
     def add(self, ri: Any, resolved: Any) -> None:
         src = self.src
         i = src.index_of(ri.storage_index.fqn)
-        target = resolved.detach()
+        target = resolved.detach() if resolved.requires_grad else resolved
         lengths = tuple(ri.lengths)
         if tuple(target.shape) != lengths:
             raise ValueError(f"DCP asked to read a box of shape {lengths} of "
                              f"{ri.storage_index.fqn!r} into a tensor of shape "
                              f"{tuple(target.shape)}")
-        dtype = src.dtype(i)
-        dst, after = _in_place(target, dtype)
+        dtype, tdt = self.types[i]
+        dst, after = _in_place(target, dtype, tdt)
         if dst is None:  # read aside, copied into the target once read
             dst = np.empty(lengths, dtype=dtype)
             after = _copier(target, dst)
@@ -176,12 +182,12 @@ class _Batch:
         self._clear()
 
 
-def _in_place(target: Any, dtype: np.dtype) -> tuple[Any, Callable[[], None] | None]:
+def _in_place(target: Any, dtype: np.dtype, tdt: Any) -> tuple[Any, Callable[[], None] | None]:
     """(destination, finish) filling ``target`` in place (``writable``: a numpy view
     of a CPU tensor, a DeviceArray of a CUDA one, or a host copy written back by
     finish), or (None, None) when it cannot hold the stored dtype's bytes as they
     are (another dtype, or a non-contiguous CPU view)."""
-    if target.dtype != torch_dtype_of(dtype):
+    if target.dtype != tdt:
         return None, None
     w = writable(target)
     if isinstance(w, DeviceArray):
