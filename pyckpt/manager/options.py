@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..device.buffers import check_budget
+
+if TYPE_CHECKING:
+    from ..workers.comm import Communicator
 
 __all__ = ["AsyncOptions", "CheckpointManagerOptions", "IncrementalOptions",
            "LocalTierOptions", "KEYWORDS"]
@@ -133,7 +136,7 @@ class CheckpointManagerOptions:
     incremental: IncrementalOptions | None = None
     lease_seconds: float = 600.0
     clock: Callable[[], float] = time.time
-    comm: Any = None
+    comm: Communicator | None = None
 
     def __post_init__(self) -> None:
         for field, cls in (("async_options", AsyncOptions), ("local_tier", LocalTierOptions),
@@ -181,8 +184,6 @@ KEYWORDS: dict[str, str] = {
 }
 _DEFAULTS = CheckpointManagerOptions()
 _TIER = ("local_max_to_keep", "persist_every", "persist_interval_seconds", "replicate")
-
-
 _GROUPS = {"async_options": "AsyncOptions", "local_tier": "LocalTierOptions",
            "incremental": "IncrementalOptions"}
 
@@ -238,14 +239,14 @@ def _fold(options: CheckpointManagerOptions | None,
                 raise _conflict(name, name)
             top[name] = old[name]
     if "max_async_bytes" in old or "max_pinned_bytes" in old:
-        sync = base.async_options
+        staging = base.async_options
         fields = {}
         for name in ("max_async_bytes", "max_pinned_bytes"):
             if name in old:
-                if getattr(sync, name) is not None:
+                if getattr(staging, name) is not None:
                     raise _conflict(name, KEYWORDS[name])
                 fields[name] = old[name]
-        top["async_options"] = dataclasses.replace(sync, **fields)
+        top["async_options"] = dataclasses.replace(staging, **fields)
     if any(name in old for name in ("local_dir",) + _TIER):
         top["local_tier"] = _local_tier(base.local_tier, old)
     if "incremental" in old or "full_save_every" in old:
