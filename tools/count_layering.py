@@ -1,5 +1,7 @@
 """Figures of issue 11: function-local imports of pyckpt's own modules, modules
-reading manifest columns, public definitions with docstrings.
+reading manifest columns, public definitions with docstrings; and of issue 39 (the
+pipeline behind every door): where manifests are built and commits run, and the
+background threads and pools pyckpt starts outside ``testing/``.
 Run from the repository root: python tools/count_layering.py [--list]"""
 
 from __future__ import annotations
@@ -48,6 +50,49 @@ def docstrings(root: pathlib.Path) -> tuple[int, int]:
     return total, with_doc
 
 
+def _called(node: ast.Call) -> str:
+    """The dotted name a call calls (``commit.finish``, ``threading.Thread``), or ""."""
+    parts, f = [], node.func
+    while isinstance(f, ast.Attribute):
+        parts.append(f.attr)
+        f = f.value
+    if isinstance(f, ast.Name):
+        parts.append(f.id)
+    return ".".join(reversed(parts))
+
+
+def call_sites(root: pathlib.Path, names: set[str], skip: str | None = None) -> list[str]:
+    """``module:line name`` of every call whose callee is one of ``names`` or ends with
+    ``.`` and one of them (``writer.Commit(...)`` counts as ``Commit``), outside
+    ``root/skip``."""
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        if skip and p.is_relative_to(root / skip):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call):
+                name = _called(node)
+                if name and any(name == n or name.endswith("." + n) for n in names):
+                    out.append((str(p), node.lineno, name))
+    return [f"{f}:{line} {name}" for f, line, name in sorted(out)]
+
+
+def issue39(root: pathlib.Path) -> None:
+    """The counts of issue 39's stages (docs/ARCHITECTURE.md, "The pipeline behind
+    every door"): stage 1a leaves ``build_manifest`` and the commit routine to
+    engine/commit.py; stage 2 leaves one background executor."""
+    for title, names, skip in (
+            ("calls of build_manifest", {"build_manifest"}, None),
+            ("calls of the commit routine (Commit, commit_checkpoint, commit.finish)",
+             {"Commit", "commit_checkpoint", "commit.finish", "commits.finish"}, None),
+            ("background threads and pools (outside testing/)",
+             {"Thread", "ThreadPoolExecutor", "to_thread"}, "testing")):
+        sites = call_sites(root, names, skip)
+        print(f"{title}: {len(sites)}")
+        for site in sites:
+            print(f"  {site}")
+
+
 if __name__ == "__main__":
     root = pathlib.Path("pyckpt")
     li = local_imports(root)
@@ -59,3 +104,4 @@ if __name__ == "__main__":
     if "--list" in sys.argv:
         for f, line, text in li:
             print(f"  {f}:{line}: {text}")
+    issue39(root)
