@@ -19,6 +19,8 @@ def local_imports(root: pathlib.Path) -> list[tuple[str, int, str]]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for sub in ast.walk(node):
+                    if not isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        continue
                     own = (isinstance(sub, ast.ImportFrom) and (sub.level > 0 or (sub.module or "").startswith("pyckpt"))) or \
                           (isinstance(sub, ast.Import) and any(a.name.startswith("pyckpt") for a in sub.names))
                     if own:
