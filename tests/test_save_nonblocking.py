@@ -37,12 +37,12 @@ def test_values_changed_after_return_never_reach_the_checkpoint(tmp_path, where)
 
 
 def test_background_error_is_raised_by_wait_and_nothing_is_committed(tmp_path, monkeypatch):
-    import pyckpt.engine.writer as writer
+    import pyckpt.engine.commit as commits
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "commit", full)
+    monkeypatch.setattr(commits, "finish", full)
     path = str(tmp_path / "ck")
     h = pyckpt.save({"w": np.ones(1000)}, path, blocking=False)
     with pytest.raises(OSError, match="No space left"):
@@ -59,14 +59,14 @@ def test_progress_with_blocking_false_is_refused(tmp_path):
 
 
 def _slow_commits(monkeypatch, seconds):
-    import pyckpt.engine.writer as writer
-    real = writer.commit
+    import pyckpt.engine.commit as commits
+    real = commits.finish
 
     def slow(*a, **k):
         time.sleep(seconds)
         return real(*a, **k)
 
-    monkeypatch.setattr(writer, "commit", slow)
+    monkeypatch.setattr(commits, "finish", slow)
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -101,12 +101,12 @@ def test_several_workers_return_before_the_commit(tmp_path, monkeypatch, world):
 
 
 def test_several_workers_failed_commit_raises_on_every_worker(tmp_path, monkeypatch):
-    import pyckpt.engine.writer as writer
+    import pyckpt.engine.commit as commits
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "commit", full)
+    monkeypatch.setattr(commits, "finish", full)
     path = str(tmp_path / "ck")
 
     def body(comm):

@@ -2,7 +2,7 @@
 the spelling of the directory and whether they block (pyckpt/ordering.py).
 
 Each race is made deterministic: the first save's commit is held (``pyckpt.engine.
-writer.commit`` patched to wait on an Event) until the later save either finished
+commit.finish`` patched to wait on an Event) until the later save either finished
 (the old code: it overtook the held one, whose older values then won) or queued
 behind it; every wait is bounded."""
 
@@ -16,7 +16,7 @@ import pytest
 
 import pyckpt
 from pyckpt import ordering, saving
-from pyckpt.engine import writer
+from pyckpt.engine import commit as commits
 from pyckpt.storage import resolve
 
 WAIT = 60  # s: only reached when something is broken
@@ -32,17 +32,17 @@ class Gate:
         self.entered, self.release = threading.Event(), threading.Event()
         self._lock = threading.Lock()
         self._used = False
-        real = writer.commit
+        real = commits.finish
 
-        def commit(c):
+        def commit(*a):
             with self._lock:
                 first, self._used = not self._used, True
             if first:
                 self.entered.set()
                 self.release.wait(WAIT)
-            return real(c)
+            return real(*a)
 
-        monkeypatch.setattr(writer, "commit", commit)
+        monkeypatch.setattr(commits, "finish", commit)
 
 
 def _queued(thread):

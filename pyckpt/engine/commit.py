@@ -1,8 +1,9 @@
-"""The one commit routine: every way of committing a checkpoint ends here (single
-process and multi-worker saves, blocking or in the background, node-local commit
-records, copies and tier persists).
+"""The one home of manifests and commits: every checkpoint's index is built here from
+what was written (``ManifestParts``, ``copied_index``) and committed here (``finish``),
+for every way of saving: single process and multi-worker saves, blocking or in the
+background, node-local commit records, copies and tier persists.
 
-``commit_checkpoint`` runs the commit's steps in one order (docs/PROTOCOL.md):
+``finish(kind, store, path, index)`` runs these steps, in this order (docs/PROTOCOL.md):
 
 1. read the manifest being replaced, if any, and refuse to replace data that other
    checkpoints reference (incremental saves: ``references.check_not_referenced``);
@@ -12,52 +13,128 @@ records, copies and tier persists).
    attempt's new files (``abandon``, only when the index is certainly not this
    attempt's) and raise;
 4. delete the data files of the replaced manifest that the new one does not name;
-5. remove the orphans of dead attempts (``attempts.sweep``);
-6. end the attempt (its marker), whatever happened.
+5. remove the orphans of dead attempts (``attempts.sweep``).
 
-Steps 4 and 5 are best effort: they warn, never raise, as nothing committed can
-be lost by skipping them (a later commit's sweep removes what is left). The
-request is a ``Commit`` record, so what a commit must also record (references to
-earlier checkpoints' data, for incremental saves) joins it in one place.
+Which of the steps run follows from the commit's ``Kind``, what the caller's plan
+is, never from flags (steps 1 and 2 always run):
+
+========== ========================================== ===== ======= ====== =====
+kind       the plan                                   own   abandon delete sweep
+========== ========================================== ===== ======= ====== =====
+SAVE       a save by this process                     yes   yes     yes    yes
+WORKERS    a multi-worker save, committed by rank 0   yes   no      yes    yes
+COPY       a copy under a new attempt (cp, persist)   yes   yes     yes    no
+PERSIST    files copied under their names by workers  no    no      no     yes
+RECORD     a node's commit record (node-local tier)   no    no      no     no
+========== ========================================== ===== ======= ====== =====
+
+- *own*: the index is this commit's attempt's (``manifest.info["attempt"]``): an
+  index write that raised but landed counts as committed (step 3), and the attempt's
+  own files without an index do not count as referenced data (step 1). A persisted
+  or node-local index is another attempt's (the save's): neither applies.
+- *abandon*: a failed commit deletes the index's own data files (those without
+  ``at``: the files this attempt wrote). WORKERS: each worker's files are removed
+  by the coordinator's failure path or the next commit's sweep.
+- *delete*: the files of the replaced index that the new one does not name go.
+  PERSIST and RECORD: the files keep their names from the source, and a node's
+  files are not its record's to delete (step 9 of node_local.py removes them).
+- *sweep*: COPY leaves other attempts' files to the next save's sweep; a node-local
+  save sweeps each node once every worker committed (``sweep_orphans``,
+  node_local.py step 9), not at its record.
+
+Steps 4 and 5 are best effort: they warn, never raise, as nothing committed can be
+lost by skipping them (a later commit's sweep removes what is left). The attempt's
+marker (``attempts.begin``/``end``) is the caller's: it began it before its first
+data byte, and ends it in its ``finally``, committed or not.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import warnings
+from typing import Sequence
+
+import numpy as np
 
 from ..format import INDEX_NAME, Manifest, decode_index, encode_index
-from ..format.manifest import FileEntry
+from ..format.manifest import FileEntry, build_manifest
+from ..format.records import BlockTable
 from ..storage import Store
 from . import attempts
 from .references import check_not_referenced
 
-__all__ = ["Commit", "commit_checkpoint", "read_previous", "abandon", "discard", "sweep_orphans"]
+__all__ = ["Kind", "ManifestParts", "copied_index", "finish", "read_previous", "abandon",
+           "discard", "sweep_orphans", "Commit", "commit_checkpoint"]
+
+
+class Kind(enum.Enum):
+    """What a commit's plan is; its steps: the module doc's table."""
+    SAVE = "save"
+    WORKERS = "workers"
+    COPY = "copy"
+    PERSIST = "persist"
+    RECORD = "record"
 
 
 @dataclasses.dataclass(frozen=True)
-class Commit:
-    """What to commit at ``store``/``path``, and which of the commit's steps apply.
+class _Steps:
+    own: bool
+    abandon: bool
+    delete: bool
+    sweep: bool
 
-    - ``manifest``: the index to write;
-    - ``attempt``: the save attempt whose index it is (its id is in
-      ``manifest.info``); with it, an index write that raised but landed counts as
-      committed, and ``end_attempt`` ends that attempt's marker afterwards;
-    - ``new_files``: this attempt's data files, deleted when the commit fails
-      (None: the caller cleans up, e.g. every worker its own part);
-    - ``delete_replaced``: delete the replaced manifest's files (False where the
-      replaced files are not this writer's to delete);
-    - ``sweep``: remove orphans of dead attempts after the commit;
-    - ``end_attempt``: end ``attempt``'s marker at the end, committed or not."""
 
-    store: Store
-    path: str
-    manifest: Manifest
-    attempt: str | None = None
-    new_files: list[FileEntry] | None = None
-    delete_replaced: bool = True
-    sweep: bool = True
-    end_attempt: bool = False
+#: the module doc's table (tests/engine/test_one_commit_home.py holds them equal)
+STEPS = {
+    Kind.SAVE: _Steps(own=True, abandon=True, delete=True, sweep=True),
+    Kind.WORKERS: _Steps(own=True, abandon=False, delete=True, sweep=True),
+    Kind.COPY: _Steps(own=True, abandon=True, delete=True, sweep=False),
+    Kind.PERSIST: _Steps(own=False, abandon=False, delete=False, sweep=True),
+    Kind.RECORD: _Steps(own=False, abandon=False, delete=False, sweep=False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestParts:
+    """What a writer produced, as the columns of a new index (``build_manifest``'s):
+    its files, per tensor key, dtype name and shape, per block file, offset, byte
+    count and chunk CRCs (``nblocks`` per tensor, ``box`` per block for sharded
+    tensors, ``hashes`` per block for fingerprints), and the checkpoint's content
+    (``tree``, ``metadata``, ``graph``, ``info``: its ``"attempt"`` is the writer's)."""
+
+    chunk_size: int
+    files: list[FileEntry]
+    keys: Sequence[str]
+    dtype_names: Sequence[str]
+    shapes: Sequence[tuple[int, ...]]
+    file: np.ndarray
+    offset: np.ndarray
+    nbytes: np.ndarray
+    crcs: np.ndarray
+    nblocks: np.ndarray | None = None
+    box: list | None = None
+    tree: dict | None = None
+    metadata: dict | None = None
+    graph: dict | None = None
+    info: dict | None = None
+    hashes: list[str] | None = None
+
+    def build(self) -> Manifest:
+        """The manifest. ``finish`` builds it; a caller builds it first where the index
+        is used before its commit (a node-local save: rank 0 builds it, every node
+        commits it as its RECORD)."""
+        return build_manifest(**{f.name: getattr(self, f.name)
+                                 for f in dataclasses.fields(self)})
+
+
+def copied_index(source: Manifest, files: list[FileEntry], blocks: BlockTable,
+                 info: dict) -> Manifest:
+    """The index of a copy of ``source``: its tensors and content, with the copy's
+    data ``files``, block table (offsets in those files) and ``info``."""
+    return Manifest(chunk_size=source.chunk_size, files=files, keys=source.keys,
+                    dtype_names=source.dtype_names, shapes=source.shapes, blocks=blocks,
+                    tree=source.tree, metadata=source.metadata, graph=source.graph, info=info)
 
 
 def read_previous(store: Store, path: str) -> Manifest | None:
@@ -106,15 +183,16 @@ def abandon(store: Store, path: str, files: list[FileEntry], attempt: str | None
     discard(store, path, files)
 
 
-def _delete_replaced(c: Commit, previous: Manifest | None) -> None:
+def _delete_replaced(store: Store, path: str, manifest: Manifest,
+                     previous: Manifest | None) -> None:
     if previous is None:
         return
-    keep = {f.name for f in c.manifest.files if f.at is None}
+    keep = {f.name for f in manifest.files if f.at is None}
     try:  # its own files only: references name other checkpoints' files
-        c.store.remove(c.path, (c.store.join(c.path, f.name) for f in previous.files
-                                 if f.at is None and f.name not in keep))
+        store.remove(path, (store.join(path, f.name) for f in previous.files
+                            if f.at is None and f.name not in keep))
     except OSError as e:
-        warnings.warn(f"could not delete old data files under {c.store.url(c.path)}: {e}")
+        warnings.warn(f"could not delete old data files under {store.url(path)}: {e}")
 
 
 def sweep_orphans(store: Store, path: str) -> None:
@@ -126,31 +204,61 @@ def sweep_orphans(store: Store, path: str) -> None:
         warnings.warn(f"could not remove orphaned data files under {store.url(path)}: {e}")
 
 
-def commit_checkpoint(c: Commit) -> Manifest | None:
-    """Commits ``c.manifest`` (the module doc's steps); returns the manifest it
-    replaced, if any. Raises the index write's error when the index did not land
-    (after deleting ``c.new_files``)."""
+def finish(kind: Kind, store: Store, path: str, index: ManifestParts | Manifest) -> Manifest:
+    """Builds ``index`` (when given as parts) and commits it at ``store``/``path`` with
+    ``kind``'s steps (module doc); returns the committed manifest. Raises the index
+    write's error when the index did not land (after deleting the attempt's files
+    where ``kind`` abandons them), and step 1's ValueError."""
+    manifest = index.build() if isinstance(index, ManifestParts) else index
+    steps = STEPS[kind]
+    attempt = None
+    if steps.own:
+        attempt = manifest.info.get("attempt")
+        if not isinstance(attempt, str):
+            raise ValueError(f"a {kind.name} commit of {store.url(path)}: its index names "
+                             "no attempt (info['attempt'])")
+    _commit(steps, store, path, manifest, attempt)
+    return manifest
+
+
+def _commit(steps: _Steps, store: Store, path: str, manifest: Manifest,
+            attempt: str | None) -> Manifest | None:
+    """Steps 1-5 of the module doc; returns the manifest replaced, if known."""
+    new_files = [f for f in manifest.files if f.at is None] if steps.abandon else None
+    previous = read_previous(store, path)
     try:
-        previous = read_previous(c.store, c.path)
-        try:
-            check_not_referenced(c.store, c.path, previous, c.attempt)
-        except ValueError:
-            if c.new_files is not None:
-                discard(c.store, c.path, c.new_files)
+        check_not_referenced(store, path, previous, attempt)
+    except ValueError:
+        if new_files is not None:
+            discard(store, path, new_files)
+        raise
+    try:
+        store.write_atomic(store.join(path, INDEX_NAME), encode_index(manifest))
+    except BaseException:
+        if not _landed(store, path, attempt):
+            if new_files is not None:
+                abandon(store, path, new_files, attempt)
             raise
-        try:
-            c.store.write_atomic(c.store.join(c.path, INDEX_NAME), encode_index(c.manifest))
-        except BaseException:
-            if not _landed(c.store, c.path, c.attempt):
-                if c.new_files is not None:
-                    abandon(c.store, c.path, c.new_files, c.attempt)
-                raise
-            previous = None  # committed though its answer was lost: what it replaced is unknown
-        if c.delete_replaced:
-            _delete_replaced(c, previous)
-        if c.sweep:
-            sweep_orphans(c.store, c.path)
-        return previous
-    finally:
-        if c.end_attempt and c.attempt is not None:
-            attempts.end(c.store, c.path, c.attempt)
+        previous = None  # committed though its answer was lost: what it replaced is unknown
+    if steps.delete:
+        _delete_replaced(store, path, manifest, previous)
+    if steps.sweep:
+        sweep_orphans(store, path)
+    return previous
+
+
+# -- the old entry point, for workers/planned_save.py until it moves (issue 39 stage 1b) --
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """A WORKERS commit of ``manifest`` by ``attempt`` (``commit_checkpoint``); use
+    ``finish(Kind.WORKERS, ...)`` instead."""
+
+    store: Store
+    path: str
+    manifest: Manifest
+    attempt: str | None = None
+
+
+def commit_checkpoint(c: Commit) -> Manifest | None:
+    """``c``'s commit with the WORKERS steps; returns the manifest it replaced."""
+    return _commit(STEPS[Kind.WORKERS], c.store, c.path, c.manifest, c.attempt)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..format import Manifest
 from ..errors import CheckpointError, CorruptCheckpointError
-from ..format.manifest import FileEntry, build_manifest
+from ..format.manifest import FileEntry
 from ..format.records import BlockTable
 from ..storage import LeftoverUploads, resolve
 from ..storage.streamed import earlier_uploads_of, write_stream
@@ -30,7 +30,7 @@ from . import naming
 from .read_executor import read_window
 from .write_executor import leftovers
 from .reader import OpenCheckpoint, open_checkpoint
-from . import attempts, writer
+from . import attempts, commit, writer
 from .commit import discard, read_previous
 from .incremental import Base, Matcher, assemble, damaged, plan_mode, record, usable_files
 
@@ -198,9 +198,10 @@ def commit_copied(src_store: Any, src: str, store: Any, dst: str) -> None:
     if manifest.has_references:  # its referenced files were not copied with it
         raise CheckpointError(f"{src_store.url(src)} references other checkpoints' files: "
                               "its index cannot be committed elsewhere as it is")
-    # the sweep: every worker's upload is done, so any other data file there, or
-    # upload still open, is a failed earlier persist's (nothing marks these copies live)
-    writer.commit(writer.Commit(store, dst, manifest, delete_replaced=False))
+    # a PERSIST commit, whose sweep: every worker's upload is done, so any other data file
+    # there, or upload still open, is a failed earlier persist's (nothing marks these
+    # copies live)
+    commit.finish(commit.Kind.PERSIST, store, dst, manifest)
 
 
 def read_data_files(store: Any, path: str, manifest: Manifest,
@@ -287,14 +288,10 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
         attempts.end(store, path, attempt)
         raise
     moves = {j: new for offsets, _ in packed.values() for j, new in offsets.items()}
-    copied = Manifest(chunk_size=m.chunk_size, files=new_files, keys=m.keys,
-                      dtype_names=m.dtype_names, shapes=m.shapes,
-                      blocks=_packed_blocks(m, moves) if packed else m.blocks,
-                      tree=m.tree, metadata=m.metadata, graph=m.graph,
-                      info=_fingerprinted_info(m, attempt, ck.url))
+    copied = commit.copied_index(m, new_files, _packed_blocks(m, moves) if packed else m.blocks,
+                                 _fingerprinted_info(m, attempt, ck.url))
     try:
-        writer.commit(writer.Commit(store, path, copied, attempt=attempt, new_files=new_files,
-                                    sweep=False))
+        commit.finish(commit.Kind.COPY, store, path, copied)
     finally:
         attempts.end(store, path, attempt)
     return store.url(path)
@@ -328,14 +325,12 @@ def copy_referencing(ck: OpenCheckpoint, store: Any, path: str, base: Base,
             progress(total, total)
         files, cols = assemble(reuse, data, base, m.chunk_size)
         inc = record(base, "selective", sum(a.nbytes for a in arrays), total)
-        copied = build_manifest(
+        commit.finish(commit.Kind.COPY, store, path, commit.ManifestParts(
             chunk_size=m.chunk_size, files=files, keys=m.keys, dtype_names=list(m.dtype_names),
             shapes=list(m.shapes), file=cols["file"], offset=cols["offset"],
             nbytes=cols["nbytes"], crcs=cols["crcs"], tree=m.tree, metadata=m.metadata,
             graph=m.graph, hashes=b.hashes,
-            info={**_fingerprinted_info(m, attempt, ck.url), "incremental": inc})
-        writer.commit(writer.Commit(store, path, copied, attempt=attempt,
-                                    new_files=data.files, sweep=False))
+            info={**_fingerprinted_info(m, attempt, ck.url), "incremental": inc}))
     finally:
         attempts.end(store, path, attempt)
     return store.url(path)

@@ -32,10 +32,9 @@ import numpy as np
 
 from ..errors import CorruptCheckpointError
 from ..format import Manifest
-from ..format.manifest import FileEntry, build_manifest
+from ..format.manifest import FileEntry
 from ..storage import Store
-from . import attempts, naming
-from .commit import Commit, commit_checkpoint
+from . import attempts, commit, naming
 from .fingerprints import HashJob, block_hashes
 from .options import DEFAULT, IOOptions
 from .reader import OpenCheckpoint, data_file_path
@@ -313,13 +312,11 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
                                                            options.chunk_size))
         files, cols = assemble(reuse, data, base, options.chunk_size)
         inc = record(base, mode, changed, sum(a.nbytes for a in arrays))
-        manifest = build_manifest(
+        return commit.finish(commit.Kind.SAVE, store, path, commit.ManifestParts(
             chunk_size=options.chunk_size, files=files, keys=[t.key for t in tensors],
             dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
             file=cols["file"], offset=cols["offset"], nbytes=cols["nbytes"], crcs=cols["crcs"],
             tree=tree, metadata=metadata, graph=graph,
-            info={**info(attempt), "incremental": inc}, hashes=hashes)
-        commit_checkpoint(Commit(store, path, manifest, attempt=attempt, new_files=data.files))
-        return manifest
+            info={**info(attempt), "incremental": inc}, hashes=hashes))
     finally:
         attempts.end(store, path, attempt)

@@ -5,7 +5,8 @@ Save sequence for one process (docs/PROTOCOL.md gives the multi-worker one):
  2. place tensors into a few shard files (balanced, aligned; C++ planner);
  3. write the shard files under names unique to this attempt, computing the
     CRC32C of every chunk on the way, and fsync them (C++ core, GIL released);
- 4-5. commit (commit.py, the one commit routine): write the index atomically
+ 4-5. commit (commit.py, the one home of manifests and commits, a SAVE commit):
+    build the index from what was written and write it atomically
     (temp + fsync + rename locally, one PUT on an object store), from which
     moment the checkpoint is committed; then delete the data files of the index
     that was replaced, if any, and the orphans of dead attempts (attempts.py:
@@ -31,15 +32,16 @@ from ..device.ring import stage_ring
 from ..device.staging import has_device_values, issue_copies, stage_values
 from ..errors import add_note, WriteEnded
 from ..format import Manifest
-from ..format.manifest import FileEntry, build_manifest
+from ..format.manifest import FileEntry
 from ..storage import Store
 from ..tree import validate_keys
-from . import attempts, naming, write_executor
+from . import attempts, commit as commits, naming, write_executor
 from .commit import Commit, commit_checkpoint
-
-#: the one commit routine (commit.py), under the name every save mode calls it by
-commit = commit_checkpoint
 from .options import DEFAULT, IOOptions
+
+#: the old entry point (commit.py), for workers/planned_save.py until it moves to
+#: ``commit.finish`` (issue 39 stage 1b)
+commit = commit_checkpoint
 
 __all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedSave", "save_tensors",
            "Commit", "commit"]
@@ -184,14 +186,12 @@ def info(attempt: str, world_size: int = 1) -> dict:
 def _finish(store: Store, path: str, tensors: list[PreparedTensor], data: WrittenData,
             attempt: str, tree: Any, graph: dict | None, metadata: dict,
             options: IOOptions) -> Manifest:
-    """Builds the manifest of written data and commits it (steps 4-5 of the save)."""
-    manifest = build_manifest(
+    """Commits the manifest of written data (steps 4-5 of the save: a SAVE commit)."""
+    return commits.finish(commits.Kind.SAVE, store, path, commits.ManifestParts(
         chunk_size=options.chunk_size, files=data.files, keys=[t.key for t in tensors],
         dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
         file=data.file, offset=data.offset, nbytes=data.nbytes, crcs=data.crcs,
-        tree=tree, metadata=metadata, graph=graph, info=info(attempt))
-    commit(Commit(store, path, manifest, attempt=attempt, new_files=data.files))
-    return manifest
+        tree=tree, metadata=metadata, graph=graph, info=info(attempt)))
 
 
 def _prepare_dir(store: Store, path: str) -> None:

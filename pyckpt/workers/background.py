@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..engine import attempts, naming, writer
+from ..engine import attempts, commit, naming
 from ..engine.commit import read_previous
 from ..engine.options import DEFAULT, IOOptions
 from ..engine.writer import PreparedTensor
@@ -169,10 +169,9 @@ class BackgroundSave:
             results = self._collect(own_result)
             manifest = _assemble(self._tplans, self._gp, results, self._options.chunk_size,
                                  self._tree, self._graph, self._metadata, self.attempt,
-                                 self.world, self._reuse)
+                                 self.world, self._reuse).build()
             try:  # an index that landed though its answer was lost counts as committed
-                writer.commit(writer.Commit(self.store, self.path, manifest,
-                                            attempt=self.attempt))
+                commit.finish(commit.Kind.WORKERS, self.store, self.path, manifest)
             except BaseException as e:
                 raise self._failed(f"rank 0 (commit): {type(e).__name__}: {e}") from e
         except BaseException as e:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine import naming, writer
+from ..engine import commit, naming
 from ..engine.commit import read_previous, sweep_orphans
 from ..engine.copy import read_data_files
 from ..errors import CheckpointError, DistributedSaveError
@@ -93,8 +93,7 @@ def node_local_commit(comm: Communicator, store: Store, path: str, mine: WriteRe
         try:
             _write_files(store, path, [(name, arr) for s in sources
                                        for (name, _), arr in zip(listing[s], got[s])])
-            writer.commit(writer.Commit(store, path, manifest,     # step 8: the commit record
-                                        delete_replaced=False, sweep=False))
+            commit.finish(commit.Kind.RECORD, store, path, manifest)  # step 8: the record
         except BaseException as e:  # noqa: BLE001 - reported to every worker below
             problem = f"{type(e).__name__}: {e}"
     problems = comm.all_gather(problem)                                   # step 9
@@ -205,7 +204,7 @@ def fetch_missing(comm: Communicator, store: Store, path: str, name: str,
     for f, a in received:
         if f == INDEX_NAME:  # last: the node's commit record, through the one commit routine
             index = decode_index(a.tobytes(), store.url(store.join(path, INDEX_NAME)))
-            writer.commit(writer.Commit(store, path, index, delete_replaced=False, sweep=False))
+            commit.finish(commit.Kind.RECORD, store, path, index)
     return sum(int(a.size) for _, a in received)
 
 

@@ -31,12 +31,12 @@ import numpy as np
 
 from .._dtypes import dtype_name, little_endian
 from .._native import core as _core
-from ..engine import attempts, naming
+from ..engine import attempts, commit, naming
 from ..engine.options import DEFAULT
 from ..engine import writer
 from ..engine.incremental import Base, record, reference
 from ..engine.writer import PreparedTensor, check_metadata, info
-from ..format.manifest import FileEntry, build_manifest
+from ..format.manifest import FileEntry
 from ..sharded import ShardedArray
 from ..sharded.perworker import INFO_KEY, PerWorker
 from ..storage import Store
@@ -159,10 +159,10 @@ class _Written:
 
 def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResult],
               chunk: int, tree: Any, graph: dict | None, metadata: dict | None, attempt: str,
-              world: int, reuse: Reuse | None = None) -> Any:
-    """Step 6: the manifest of the blocks the workers wrote (``results``), and of an
+              world: int, reuse: Reuse | None = None) -> commit.ManifestParts:
+    """Step 6: the index of the blocks the workers wrote (``results``), and of an
     incremental save's referenced blocks (``reuse``: workers/incremental.py; their
-    files come after every worker's own)."""
+    files come after every worker's own), as the parts ``commit`` builds it from."""
     written = _Written(gp, results, chunk)
     files = written.files
     cols: list[tuple[int, int, int, np.ndarray]] = []
@@ -190,7 +190,7 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
     rows = [t.key for t in tplans if t.per_worker]
     if rows:
         info_doc[INFO_KEY] = rows  # docs/FORMAT.md section 7
-    return build_manifest(
+    return commit.ManifestParts(
         chunk_size=chunk, files=files, keys=[t.key for t in tplans],
         dtype_names=[t.dtype for t in tplans], shapes=[t.shape for t in tplans],
         file=np.asarray([c[0] for c in cols], np.int64),
@@ -288,7 +288,7 @@ def commit_node_local(comm: Communicator, store: Store, path: str, p: Planned,
         if error is None:
             try:
                 manifest = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
-                                     p.metadata, p.gp.attempt, world)
+                                     p.metadata, p.gp.attempt, world).build()
             except BaseException as e:  # noqa: BLE001 - raised on every worker
                 error = f"rank 0 (assembling the index): {type(e).__name__}: {e}"
         attempts.end(store, path, p.gp.attempt)
@@ -360,9 +360,9 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
                 pass
         else:
             try:
-                manifest = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
-                                     p.metadata, p.gp.attempt, comm.world_size, p.reuse)
-                writer.commit(writer.Commit(store, path, manifest, attempt=p.gp.attempt))
+                parts = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
+                                  p.metadata, p.gp.attempt, comm.world_size, p.reuse)
+                commit.finish(commit.Kind.WORKERS, store, path, parts)
             except BaseException as e:
                 outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
         attempts.end(store, path, p.gp.attempt)

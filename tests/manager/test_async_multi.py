@@ -12,7 +12,7 @@ import pytest
 import pyckpt
 from pyckpt.workers import background
 from pyckpt.workers.save import DistributedSaveError
-from pyckpt.engine import writer
+from pyckpt.engine import commit as commits, writer
 from pyckpt.testing.thread_comm import ThreadGroup
 
 ROWS = 8
@@ -39,13 +39,13 @@ def expected_table(world, step):
 @pytest.fixture
 def slow_commit(monkeypatch):
     """Rank 0 commits 0.3 s late, so that save() visibly returns first."""
-    real = writer.commit
+    real = commits.finish
 
     def slow(*a, **k):
         time.sleep(0.3)
         return real(*a, **k)
 
-    monkeypatch.setattr(writer, "commit", slow)
+    monkeypatch.setattr(commits, "finish", slow)
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -289,7 +289,7 @@ def test_max_async_bytes_anywhere_makes_every_worker_save_blocking(tmp_path, mon
 @pytest.mark.parametrize("waited", [True, False])
 def test_a_worker_that_stopped_waiting_catches_up_with_rank_0s_commit(tmp_path, monkeypatch,
                                                                       waited):
-    real = writer.commit
+    real = commits.finish
     calls = []
 
     def late(*a, **k):  # rank 0 commits ckpt-1 long after the others stopped waiting
@@ -297,7 +297,7 @@ def test_a_worker_that_stopped_waiting_catches_up_with_rank_0s_commit(tmp_path, 
         time.sleep(1.0 if len(calls) == 1 else 0)
         return real(*a, **k)
 
-    monkeypatch.setattr(writer, "commit", late)
+    monkeypatch.setattr(commits, "finish", late)
 
     def body(comm):
         comm.timeout = 0.4  # the background waits' limit (the group's collectives wait 10 s)

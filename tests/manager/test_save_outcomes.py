@@ -46,7 +46,7 @@ def test_disk_full_at_the_state_write_says_the_save_counts(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("blocking", [True, False])
 def test_failed_save_leaves_no_directory(tmp_path, monkeypatch, blocking):
-    import pyckpt.engine.writer as writer
+    import pyckpt.engine.commit as commits
 
     m = pyckpt.CheckpointManager(make_ckpt(), tmp_path)
     m.save()
@@ -54,7 +54,7 @@ def test_failed_save_leaves_no_directory(tmp_path, monkeypatch, blocking):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "commit", full)
+    monkeypatch.setattr(commits, "finish", full)
     with pytest.raises(OSError) as e:
         m.save(blocking=blocking)
         m.wait_until_finished()
