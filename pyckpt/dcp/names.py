@@ -16,11 +16,17 @@ __all__ = ["host_dtype_name", "torch_dtype_of", "stored_dtypes", "json_planner_d
            "planner_data_of"]
 
 
+_NAMES: dict[Any, str] = {}  # torch dtype -> stored dtype name (per tensor at commit)
+
+
 def host_dtype_name(dtype: Any) -> str:
     """pyckpt's stored dtype name for a torch dtype (TypeError for one pyckpt lacks)."""
-    arr = to_numpy(torch.empty(0, dtype=dtype))
-    assert isinstance(arr, np.ndarray)
-    return dtype_name(arr.dtype)
+    found = _NAMES.get(dtype)
+    if found is None:
+        arr = to_numpy(torch.empty(0, dtype=dtype))
+        assert isinstance(arr, np.ndarray)
+        found = _NAMES[dtype] = dtype_name(arr.dtype)
+    return found
 
 
 _TORCH_DTYPES: dict[np.dtype, Any] = {}  # stored numpy dtype -> torch dtype (per-tensor path)

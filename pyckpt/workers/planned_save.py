@@ -132,6 +132,8 @@ def _check(t: PlannedTensor) -> None:
         if len(b.offsets) != len(t.shape) or len(b.shape) != len(t.shape):
             raise ValueError(f"{t.key!r}: block at {b.offsets} of shape {b.shape} does not "
                              f"match the tensor's rank ({t.shape})")
+    if len(t.blocks) == 1 and t.blocks[0].shape == t.shape and not any(t.blocks[0].offsets):
+        return  # one block, the whole tensor (the common case: no partition to check)
     problem = check_partition(t.shape, [(b.offsets, b.shape) for b in t.blocks])
     if problem is not None:
         raise ValueError(f"{t.key!r} of shape {t.shape}: the written blocks do not tile it "
