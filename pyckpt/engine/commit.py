@@ -65,7 +65,7 @@ from . import attempts
 from .references import check_not_referenced
 
 __all__ = ["Kind", "ManifestParts", "copied_index", "finish", "read_previous", "abandon",
-           "discard", "sweep_orphans", "Commit", "commit_checkpoint"]
+           "discard", "sweep_orphans"]
 
 
 class Kind(enum.Enum):
@@ -245,20 +245,3 @@ def _commit(steps: _Steps, store: Store, path: str, manifest: Manifest,
     if steps.sweep:
         sweep_orphans(store, path)
     return previous
-
-
-# -- the old entry point, for workers/planned_save.py until it moves (issue 39 stage 1b) --
-@dataclasses.dataclass(frozen=True)
-class Commit:
-    """A WORKERS commit of ``manifest`` by ``attempt`` (``commit_checkpoint``); use
-    ``finish(Kind.WORKERS, ...)`` instead."""
-
-    store: Store
-    path: str
-    manifest: Manifest
-    attempt: str | None = None
-
-
-def commit_checkpoint(c: Commit) -> Manifest | None:
-    """``c``'s commit with the WORKERS steps; returns the manifest it replaced."""
-    return _commit(STEPS[Kind.WORKERS], c.store, c.path, c.manifest, c.attempt)

@@ -36,15 +36,9 @@ from ..format.manifest import FileEntry
 from ..storage import Store
 from ..tree import validate_keys
 from . import attempts, commit as commits, naming, write_executor
-from .commit import Commit, commit_checkpoint
 from .options import DEFAULT, IOOptions
 
-#: the old entry point (commit.py), for workers/planned_save.py until it moves to
-#: ``commit.finish`` (issue 39 stage 1b)
-commit = commit_checkpoint
-
-__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedSave", "save_tensors",
-           "Commit", "commit"]
+__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedSave", "save_tensors"]
 
 
 class PreparedTensor:

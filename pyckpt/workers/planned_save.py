@@ -28,10 +28,10 @@ from .._dtypes import dtype_name, little_endian
 from ..device.array import DeviceArray
 from ..device.buffers import lease_shared
 from ..device.staging import has_device_values, stage_values
-from ..engine import attempts, naming, writer
+from ..engine import attempts, commit, naming, writer
 from ..engine.options import DEFAULT, IOOptions
 from ..engine.writer import PreparedTensor, info
-from ..format.manifest import FileEntry, build_manifest
+from ..format.manifest import FileEntry
 from ..sharded.boxes import check_partition
 from ..storage import Store
 from ..tree import validate_keys
@@ -162,9 +162,12 @@ def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[Plann
                 cols["crcs"].append(b.crcs)
                 cols["box"].append(None if whole else (b.offsets, b.shape))
         entries = {b.file.name: b.file for t in tensors for b in t.blocks if b.file is not None}
+        if extra_info and "attempt" in extra_info:
+            raise ValueError("extra_info may not set 'attempt': the commit takes it from "
+                             "the save's own attempt")
         doc = info(attempt, world_size)
         doc.update(extra_info or {})
-        manifest = build_manifest(
+        parts = commit.ManifestParts(
             chunk_size=options.chunk_size, files=[entries[n] for n in files],
             keys=[t.key for t in tensors], dtype_names=[t.dtype for t in tensors],
             shapes=[t.shape for t in tensors], file=np.asarray(cols["file"], np.int64),
@@ -174,6 +177,6 @@ def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[Plann
             nblocks=np.asarray([len(t.blocks) for t in tensors], np.int64),
             box=cols["box"] if any(b is not None for b in cols["box"]) else None,
             tree=tree, info=doc)
-        writer.commit(writer.Commit(store, path, manifest, attempt=attempt))
+        commit.finish(commit.Kind.WORKERS, store, path, parts)
     finally:
         end(store, path, attempt)

@@ -39,8 +39,8 @@ from pyckpt.workers.save import distributed_save
 
 ROOT = pathlib.Path(pyckpt.__file__).parent
 HOME = "engine/commit.py"
-#: still builds its manifest and commits through the old entry point (writer.commit)
-ALLOWED = {"workers/planned_save.py"}  # moves in stage 1b
+#: none left: workers/planned_save.py (torch DCP's saves) moved in stage 1b
+ALLOWED: set[str] = set()
 #: building and committing an index: called in HOME only (the format layer defines them)
 CALLS = {"build_manifest", "Manifest", "encode_index", "Commit", "commit_checkpoint"}
 FLAGS = {"new_files", "delete_replaced", "sweep", "end_attempt"}
@@ -70,9 +70,8 @@ def test_manifests_are_built_and_committed_in_one_module():
     assert found == []
 
 
-def test_the_old_entry_point_takes_no_step_flags():
-    assert [f.name for f in commit.dataclasses.fields(commit.Commit)] == \
-        ["store", "path", "manifest", "attempt"]
+def test_the_old_entry_point_is_gone():
+    assert not hasattr(commit, "Commit") and not hasattr(commit, "commit_checkpoint")
 
 
 def test_the_docstring_table_is_the_steps():
