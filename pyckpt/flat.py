@@ -115,15 +115,17 @@ def load(path: Any, into: Any = None, *, select: Any = None, key_map: Any = None
                          as_numpy or mmap)
 
 
-def _reader(src: CheckpointSource, mmap: bool, device: Any) -> Callable[[list[str], dict], list]:
+def _reader(src: CheckpointSource, mmap: bool, device: Any,
+            placed: Callable[[str], bool] = is_array_kind) -> Callable[[list[str], dict], list]:
     """reads(keys, kinds) -> values: new host arrays, or (``device``) tensors on that
-    device for array leaves (scalar leaves are read to the host)."""
+    device for the leaves whose kind ``placed`` takes (default: array leaves; the
+    others, scalar leaves at least, are read to the host)."""
     def reads(keys: list[str], kinds: dict) -> list:
         idx = [src.index_of(k) for k in keys]
         if device is None:
             return src.read_new(idx, mmap)
         out: list = [None] * len(keys)
-        array = [is_array_kind(kinds.get(k, "ndarray")) for k in keys]
+        array = [placed(kinds.get(k, "ndarray")) for k in keys]
         scalar = [p for p, a in enumerate(array) if not a]
         for p, v in zip(scalar, src.read_new([idx[p] for p in scalar])):
             out[p] = v
@@ -195,10 +197,10 @@ def _leaf_maker(as_numpy: bool) -> Callable[[str, Any], Any]:
 
 def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[str, str],
               statics: dict[str, Any], mmap: bool, device: Any = None,
-              as_numpy: bool = False) -> Any:
+              as_numpy: bool = False, placed: Callable[[str], bool] = is_array_kind) -> Any:
     tree = src.tree
     kinds = skeleton_leaves(tree) if tree is not None else {}
-    reads = _reader(src, mmap, device)
+    reads = _reader(src, mmap, device, placed)
     leaf = _leaf_maker(as_numpy)
     if key_map is None and tree is not None:
         skeleton = tree if select is None else _prune(tree, set(mapping) | set(statics))
@@ -217,3 +219,12 @@ def _load_new(src: CheckpointSource, select: Any, key_map: Any, mapping: dict[st
             raise ValueError(f"key_map maps two keys to {name!r}: {other!r} and {k!r}")
         flat[name] = statics[k]
     return nest_flat(flat)
+
+
+def load_placed(src: CheckpointSource, device: Any, kinds: frozenset[str]) -> Any:
+    """``load(src, device=device)`` that places only the leaves of ``kinds`` (e.g.
+    ``{"torch"}``) on ``device``, through the same pinned bounce buffers; every other
+    leaf comes back as ``load(src)`` gives it (numpy arrays stay numpy arrays).
+    pyckpt.lightning's ``map_location``; not part of the public API."""
+    return _load_new(src, None, None, map_keys(list(src.keys), None), {}, False, device,
+                     placed=kinds.__contains__)

@@ -56,6 +56,7 @@ from . import saving
 from .checkpoint_reader import load_checkpoint as _open
 from .errors import CheckpointError, CorruptCheckpointError
 from .flat import load as _load
+from .flat import load_placed
 from .format import INDEX_NAME
 from .storage import resolve
 from .tree import as_array_leaf, describe_value, static_leaf, validate_keys
@@ -306,7 +307,21 @@ def _device(map_location: Any) -> Any:
                     "(pyckpt does not record where tensors were saved from)")
 
 
+#: the leaf kinds ``map_location`` places on a device: torch tensors only (numpy arrays
+#: and Python values stay on the host, as Lightning's own ``torch.load`` keeps them)
+_PLACED = frozenset({"torch"})
+
+
+def _placeable(device: Any) -> bool:
+    """Whether pyckpt's device path lands tensors on ``device`` itself (read through
+    pinned bounce buffers into new tensors there: ``flat.load_placed``): CUDA devices,
+    the ones torch's ``empty`` hook makes tensors on (adapters/torch_support.py)."""
+    return device.type == "cuda"
+
+
 def _to_device(tree: Any, device: Any) -> Any:
+    """The tree's torch tensors moved to ``device`` one by one: only for the devices
+    pyckpt's device path does not place tensors on (``meta``, ``mps``, ...)."""
     if isinstance(tree, torch.Tensor):
         return tree.to(device)
     if isinstance(tree, dict):
@@ -430,19 +445,22 @@ class CheckpointIO(_Base):
     def load_checkpoint(self, path: Any, map_location: Any = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint dict saved at ``path``: torch tensors (on the CPU, or on
-        ``map_location``: a device name or ``torch.device``), Python values in their
-        own types. ``weights_only`` is accepted for Lightning's sake: pyckpt never
+        ``map_location``: a device name or ``torch.device``; on a CUDA device they are
+        read through pinned bounce buffers straight into new device tensors, as
+        ``pyckpt.load(device=)`` reads), numpy arrays and Python values in their own
+        types, on the host. ``weights_only`` is accepted for Lightning's sake: pyckpt never
         unpickles anything, so every load is as safe as ``weights_only=True``."""
         device = _device(map_location)
         store, p = resolve(path, self.storage_options)
         self._settle(store.url(p))
         src = _open(path, storage_options=self.storage_options).source
         records = _records(src.metadata.get(_META))
-        tree = _load(src)
+        placed = device is not None and _placeable(device)
+        tree = load_placed(src, device, _PLACED) if placed else _load(src)
         if not isinstance(tree, dict):
             raise CheckpointError(f"{src.url} holds {describe_value(tree)}, not a Lightning "
                                   "checkpoint dict")
-        if device is not None:
+        if device is not None and not placed:
             tree = _to_device(tree, device)
         return _retype(tree, records)
 
