@@ -48,30 +48,81 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(node.split("::", 1)[0]))
 
 
-@pytest.fixture(autouse=True)
-def _turn(request, tmp_path_factory):
-    """Under pytest-xdist: every test holds a shared lock on a file all workers see,
-    an ``exclusive`` test an exclusive one. A gate lock, taken briefly by every test
-    on its way in and held by an exclusive test throughout, lets an exclusive test in
-    once the running tests end, without waiting for the workers to run dry."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
+#: this worker holds the machine for an exclusive module (``_module_turn``)
+_HOLDING: list[str] = []
+
+
+def _locks(tmp_path_factory):
     import fcntl
 
     shared = tmp_path_factory.getbasetemp().parent
-    gate = open(shared / "pyckpt-turn-gate", "a+b")
-    main = open(shared / "pyckpt-turn", "a+b")
-    alone = request.node.get_closest_marker("exclusive") is not None
+    return fcntl, open(shared / "pyckpt-turn-gate", "a+b"), open(shared / "pyckpt-turn", "a+b")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_turn(request, tmp_path_factory):
+    """Under pytest-xdist, an exclusive module (EXCLUSIVE: its tests run on one worker,
+    in order) takes the machine once for all its tests: the gate, then the exclusive
+    lock once the running tests ended, both held until its last test ended. Taken per
+    test, every one of its ~40 tests waited for the longest test then running on the
+    other workers (a drain each), while the gate kept them idle."""
+    rel = os.path.relpath(str(request.node.path), str(request.config.rootpath))
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not rel.replace(os.sep, "/").startswith(
+            EXCLUSIVE):
+        yield
+        return
+    fcntl, gate, main = _locks(tmp_path_factory)
     try:
         fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        if not alone:
-            fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(main, fcntl.LOCK_EX)
+        _HOLDING.append(rel)
         yield
     finally:
+        if rel in _HOLDING:
+            _HOLDING.remove(rel)
         gate.close()  # closing releases the locks
         main.close()
+
+
+@pytest.fixture(autouse=True)
+def _turn(request, tmp_path_factory):
+    """Under pytest-xdist: every test holds a shared lock on a file all workers see
+    while it runs; an exclusive module holds it exclusively (``_module_turn``). A gate
+    lock, taken briefly by every test on its way in and held by an exclusive module
+    throughout, lets the exclusive module in once the running tests end, without
+    waiting for the workers to run dry. A worker holding the machine runs its tests
+    without locks (a second lock of its own would wait for itself)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or _HOLDING:
+        yield
+        return
+    fcntl, gate, main = _locks(tmp_path_factory)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(main, fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        gate.close()
+        main.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """``PYCKPT_TEST_TIMELINE=<file>``: one line per test (worker, start, end, node id,
+    setup and teardown included) appended to that file: where a parallel run's wall
+    time goes (idle workers, exclusive modules)."""
+    path = os.environ.get("PYCKPT_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+    import json
+    import time
+
+    t0 = time.time()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps([os.environ.get("PYTEST_XDIST_WORKER", "main"), t0, time.time(),
+                            item.nodeid]) + "\n")
 
 
 @pytest.fixture
