@@ -35,12 +35,21 @@ EXCLUSIVE = (
 )
 
 
+#: modules whose module-scoped fixture does the work of all their tests at once (the
+#: memory suite starts every case's child process up front): under pytest-xdist each
+#: worker has every collected item, so such a module spread over 4 workers ran its
+#: children 4 times. Each runs on one worker (an xdist_group per file).
+ONE_WORKER = ("tests/memory/test_flat_memory.py",)
+
+
 def pytest_collection_modifyitems(config, items):
     root = str(config.rootpath)
     for item in items:
         node = os.path.relpath(str(item.path), root).replace(os.sep, "/") + "::" + item.name
         if node.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+        if node.startswith(ONE_WORKER):
+            item.add_marker(pytest.mark.xdist_group(node.split("::", 1)[0]))
         if node.startswith(EXCLUSIVE):
             item.add_marker(pytest.mark.exclusive)
             # and each such file on one worker, in its order, as in one process (their
