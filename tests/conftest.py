@@ -42,6 +42,7 @@ EXCLUSIVE = (
 ONE_WORKER = ("tests/memory/test_flat_memory.py",)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     root = str(config.rootpath)
     for item in items:
@@ -55,6 +56,23 @@ def pytest_collection_modifyitems(config, items):
             # and each such file on one worker, in its order, as in one process (their
             # module's server and its "stopped answering" state pass from test to test)
             item.add_marker(pytest.mark.xdist_group(node.split("::", 1)[0]))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """The groups hold (on an xdist worker, after xdist named each grouped item's group
+    in its node id): pytest 9.2 derives node ids from another field than the one
+    pytest-xdist 3.8 sets, and every group was silently spread over the workers (the
+    memory suite ran 4 times, an exclusive module's shared server state broke)."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and session.config.getvalue("loadgroup")):
+        return
+    lost = [it.nodeid for it in session.items
+            if it.get_closest_marker("xdist_group") is not None and "@" not in it.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup cannot group tests with pytest "
+            f"{pytest.__version__} ({len(lost)} grouped tests lost their group, e.g. "
+            f"{lost[0]}): install the test extra's pytest (pyproject.toml)")
 
 
 #: this worker holds the machine for an exclusive module (``_module_turn``)
