@@ -198,9 +198,10 @@ def stage(store: Store, path: str, keys: list[str], live: list[Any],
 
 
 class PendingSave:
-    """A save running in the background: the one background runner of every mode
+    """A save running in the background: the one background runner of saves
     (``pyckpt.save(..., blocking=False)``, ``CheckpointManager.save(blocking=False)``;
-    one process or many, node-local or not).
+    one process or many, node-local or not; a node-local save whose communicator
+    cannot run a background part is saved blocking, and its handle comes back done).
 
     The values were copied aside before it was returned, so the caller may change
     them at once. ``wait()`` blocks until the checkpoint is committed and returns

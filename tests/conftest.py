@@ -153,6 +153,20 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture
+def late_engine():
+    """A copy engine whose copies land late and shuffled (pyckpt.testing.late_copies),
+    for the device paths of the doors without a GPU; synchronized, and the staging
+    memory it used released, after the test."""
+    import pyckpt.device
+    from pyckpt.testing.late_copies import LateCopyEngine
+
+    eng = LateCopyEngine(delay=0.01, seed=5)
+    yield eng
+    eng.synchronize()
+    pyckpt.device.release_staging_memory()
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(1234)
 

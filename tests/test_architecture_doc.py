@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from pyckpt.testing.requirements import require
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -79,8 +81,8 @@ def test_every_module_is_in_a_layer():
 
 
 def test_the_contracts_hold():
+    require("importlinter", "the import contracts (pip install 'import-linter>=2.16')")
     exe = shutil.which("lint-imports")
-    if exe is None:
-        pytest.skip("import-linter is not installed (CI installs it and runs lint-imports)")
+    assert exe is not None, "import-linter is installed but lint-imports is not on PATH"
     run = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

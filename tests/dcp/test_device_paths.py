@@ -22,7 +22,6 @@ import pyckpt.dcp.writer as dcp_writer  # noqa: E402
 from pyckpt import ordering  # noqa: E402
 from pyckpt.adapters.torch_support import to_numpy  # noqa: E402
 from pyckpt.storage import resolve  # noqa: E402
-from pyckpt.testing.late_copies import LateCopyEngine  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.metadata import MetadataIndex  # noqa: E402
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem  # noqa: E402
@@ -38,11 +37,8 @@ def state(seed=3):
 
 
 @pytest.fixture
-def engine():
-    eng = LateCopyEngine(delay=0.01, seed=5)
-    yield eng
-    eng.synchronize()
-    pyckpt.device.release_staging_memory()
+def engine(late_engine):
+    return late_engine
 
 
 def as_device(engine, tensors):

@@ -19,7 +19,6 @@ import pyckpt  # noqa: E402
 import pyckpt.flat as flat  # noqa: E402
 from pyckpt.adapters.torch_support import to_numpy  # noqa: E402
 from pyckpt.lightning import CheckpointIO  # noqa: E402
-from pyckpt.testing.late_copies import LateCopyEngine  # noqa: E402
 
 
 def checkpoint():
@@ -90,11 +89,8 @@ def test_cpu_loads_return_what_they_returned(tmp_path, where):
 
 
 @pytest.fixture
-def engine():
-    eng = LateCopyEngine(delay=0.005, seed=3)
-    yield eng
-    eng.synchronize()
-    pyckpt.device.release_staging_memory()
+def engine(late_engine):
+    return late_engine
 
 
 @pytest.fixture
