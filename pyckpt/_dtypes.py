@@ -35,7 +35,7 @@ _UNDECODABLE = "pyckpt.undecodable"
 
 def _ml_dtypes():
     try:
-        import ml_dtypes
+        import ml_dtypes  # a dependency, but a broken install must still open checkpoints
     except ImportError:
         return None
     return ml_dtypes

@@ -56,7 +56,7 @@ def _numpy_dtype(torch: Any, dtype: Any) -> np.dtype:
     name = str(dtype).replace("torch.", "")
     if name in ML_NAMES:
         try:
-            import ml_dtypes
+            import ml_dtypes  # see _dtypes.py: imported where bf16 is met
         except ImportError:
             raise TypeError(f"torch.{name} tensors need ml_dtypes: pip install ml_dtypes") from None
         return np.dtype(getattr(ml_dtypes, name))

@@ -55,7 +55,7 @@ def _ml_view(torch: Any, t: Any) -> np.ndarray | None:
     if name is None:
         return None
     try:
-        import ml_dtypes
+        import ml_dtypes  # see _dtypes.py: imported where bf16 is met
     except ImportError:
         raise TypeError(f"saving torch.{name} tensors needs ml_dtypes: pip install ml_dtypes") from None
     raw = t.view(torch.int16 if name == "bfloat16" else torch.uint8)

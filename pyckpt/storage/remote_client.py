@@ -182,7 +182,7 @@ class RemoteClient:
 
     def run(self, coro_fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         """Runs a coroutine on the filesystem's event loop and waits for it."""
-        from fsspec.asyn import sync
+        from fsspec.asyn import sync  # fsspec internals, needed only by remote stores
 
         return sync(self.fs.loop, coro_fn, *args)
 

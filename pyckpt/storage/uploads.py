@@ -95,7 +95,7 @@ class Uploader:
 
     async def _gcs_upload_file(self, file: NewFile, sem: asyncio.Semaphore, done: Any,
                                op: Operation, sessions: dict[str, str]) -> None:
-        from gcsfs.core import initiate_upload, simple_upload, upload_chunk
+        from gcsfs.core import initiate_upload, simple_upload, upload_chunk  # optional dependency
 
         fs, opts, path = self.fs, self.opts, file.path
         bucket, key, _ = fs.split_path(path)

@@ -93,7 +93,7 @@ class TorchComm(Communicator):
     missing ranks)."""
 
     def __init__(self, group: Any = None, timeout: float | None = None) -> None:
-        import torch.distributed as dist
+        import torch.distributed as dist  # optional dependency
 
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("TorchComm needs an initialized torch.distributed process group")
@@ -186,7 +186,7 @@ class MPIComm(Communicator):
     _TAG_BASE = 0x5C4E0
 
     def __init__(self, comm: Any = None, timeout: float | None = None) -> None:
-        from mpi4py import MPI
+        from mpi4py import MPI  # optional dependency
 
         self._MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
@@ -318,7 +318,7 @@ def resolve_comm(comm: Communicator | None) -> Communicator | None:
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
-            import torch.distributed as dist
+            import torch.distributed as dist  # optional dependency
 
             if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
                 return TorchComm()
