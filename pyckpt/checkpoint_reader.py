@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .engine import run
+from . import run_directory
 from .format.source import CheckpointSource
 from .format.values import text_values
 from .sources import open_source
@@ -124,5 +124,5 @@ def latest_checkpoint(directory: Any, *, storage_options: dict | None = None) ->
     prefix (``Checkpoint.save`` prefixes), TensorFlow's ``<prefix>.index`` included.
     """
     store, d = resolve(directory, storage_options)
-    found = run.latest(store, d)
+    found = run_directory.latest(store, d)
     return None if found is None else store.url(found)

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from .engine import attempts, naming
-from .engine.run import step_of
+from .run_directory import step_of
 from .errors import CheckpointError
 from .format import INDEX_NAME, decode_index
 from .codecs.distcp import METADATA_NAME, DCPCheckpoint

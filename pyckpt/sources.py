@@ -1,7 +1,7 @@
 """Opening a path as a checkpoint source: the one way in for every read
 (``load``, ``load_checkpoint``, ``Checkpoint.restore``, the CLI).
 
-A run directory is resolved to its latest checkpoint first (``engine.run.latest``:
+A run directory is resolved to its latest checkpoint first (``run_directory.latest``:
 pyckpt's or TensorFlow's, by the directory's state), so that formats only ever
 see checkpoint paths. Then a format registers a detector and an opener;
 ``open_source`` asks the registered formats in order and falls back to pyckpt's
@@ -24,7 +24,7 @@ import os
 import warnings
 from typing import Any, Callable, NamedTuple
 
-from .engine import run
+from . import run_directory
 from .engine.options import DEFAULT, IOOptions
 from .engine.reader import OpenCheckpoint
 from .errors import CheckpointError, CorruptCheckpointError, add_note
@@ -116,7 +116,7 @@ def checkpoint_path(store: Store, path: str) -> str:
     opener says what it holds)."""
     if store.exists(store.join(path, INDEX_NAME)) or not store.isdir(path):
         return path
-    latest = run.latest(store, path)
+    latest = run_directory.latest(store, path)
     return path if latest is None else latest
 
 

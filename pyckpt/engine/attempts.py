@@ -24,11 +24,12 @@ import threading
 import time
 from typing import Callable
 
+from .._process import pid_alive
 from ..format import INDEX_NAME, decode_index
 from ..storage import Store
 from . import naming
 
-__all__ = ["FOREIGN_ATTEMPT_SECONDS", "pid_alive", "begin", "end", "is_live", "sweep", "is_marker"]
+__all__ = ["FOREIGN_ATTEMPT_SECONDS", "begin", "end", "is_live", "sweep", "is_marker"]
 
 MARKER_PREFIX = "pyckpt-attempt-"
 MARKER_SUFFIX = ".json"
@@ -39,17 +40,6 @@ FOREIGN_ATTEMPT_SECONDS = 6 * 3600.0
 _HOST = socket.gethostname()
 _ACTIVE: set[str] = set()           # attempts in progress in this process
 _ACTIVE_LOCK = threading.Lock()
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this host (a zombie counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def marker_name(attempt: str) -> str:

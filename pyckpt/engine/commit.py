@@ -60,6 +60,7 @@ import numpy as np
 from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
 from ..format.records import BlockTable
+from ..run_directory import committed_manifest as read_previous  # the commit's name for it
 from ..storage import Store
 from . import attempts
 from .references import check_not_referenced
@@ -135,15 +136,6 @@ def copied_index(source: Manifest, files: list[FileEntry], blocks: BlockTable,
     return Manifest(chunk_size=source.chunk_size, files=files, keys=source.keys,
                     dtype_names=source.dtype_names, shapes=source.shapes, blocks=blocks,
                     tree=source.tree, metadata=source.metadata, graph=source.graph, info=info)
-
-
-def read_previous(store: Store, path: str) -> Manifest | None:
-    """The manifest currently committed at path, if any and readable."""
-    index = store.join(path, INDEX_NAME)
-    try:
-        return decode_index(store.read_bytes(index), store.url(index))
-    except (FileNotFoundError, ValueError, OSError):
-        return None
 
 
 def _landed(store: Store, path: str, attempt: str | None) -> bool:

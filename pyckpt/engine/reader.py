@@ -13,7 +13,8 @@ from ..format import INDEX_NAME, FileEntry, Manifest, TensorEntry, decode_index
 from ..format.source import CheckpointSource
 from ..sharded import ShardedArray
 from ..storage import Store, resolve
-from . import naming, read_executor, references, run
+from .. import run_directory
+from . import naming, read_executor, references
 from .options import DEFAULT, IOOptions
 from .read_executor import ReadPlan
 from .sharded_read import read_into_targets, read_whole, verify_sharded
@@ -38,7 +39,7 @@ def resolve_checkpoint(store: Store, path: str) -> str:
     if store.exists(store.join(path, INDEX_NAME)):
         return path
     if store.isdir(path):
-        latest = run.latest(store, path)
+        latest = run_directory.latest(store, path)
         if latest is not None:
             return latest
         if any(naming.is_data_file(n) for n in store.listdir(path)):

@@ -17,9 +17,9 @@ from typing import Iterable, MutableMapping
 
 from ..format import INDEX_NAME, Manifest, decode_index
 from ..format.index import HEADER_SIZE
+from ..run_directory import check_checkpoint_name, delete_checkpoint
 from ..storage import Store
 from . import naming
-from .run import check_checkpoint_name, delete_checkpoint
 
 __all__ = ["Held", "check_not_referenced", "references_of", "referenced_by", "held_files",
            "retire", "uncommit"]

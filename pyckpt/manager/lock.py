@@ -31,7 +31,7 @@ import uuid
 import weakref
 from typing import Callable, Literal
 
-from ..engine.attempts import pid_alive
+from .._process import pid_alive
 from ..errors import ConcurrentWriterError
 from ..storage import Store
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..engine.run import Entry
+from ..run_directory import Entry
 
 
 def select_removals(active: list[Entry], max_to_keep: int | None,

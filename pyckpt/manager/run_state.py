@@ -1,7 +1,7 @@
 """What a run directory's keeper records: its list of checkpoints (the state file
-``.pyckpt-manager.json``), retention, the writer lease, recovery after a crash, and
-the commits that arrive from elsewhere (a tier's persist). ``keeper.py`` adds the
-saving on top (docs/PROTOCOL.md section 3, steps 3, 6 and 7)."""
+``pyckpt-manager.json``, through ``run_directory.py``), retention, the writer lease,
+recovery after a crash, and the commits that arrive from elsewhere (a tier's persist).
+``keeper.py`` adds the saving on top (docs/PROTOCOL.md section 3, steps 3, 6 and 7)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import errno
 import warnings
 from typing import Any, Callable
 
-from ..engine.commit import read_previous
 from ..engine.references import held_files, retire, uncommit
-from ..engine.run import (Entry, ManagerState, check_checkpoint_name, check_step_name,
-                          committed_steps, parse_step, read_state, recover_state, write_state)
 from ..errors import CheckpointError, CheckpointIOError, add_note
 from ..format import INDEX_NAME
+from ..run_directory import (Entry, ManagerState, check_checkpoint_name, check_step_name,
+                             committed_manifest, committed_steps, parse_step, read_state,
+                             recover_state, write_state)
 from ..storage import Store
 from ..workers.comm import Communicator
 from .lock import WriterLease
@@ -196,7 +196,7 @@ class Records:
         if not self.store.answering():
             return
         try:
-            if read_previous(self.store, path) is None:
+            if committed_manifest(self.store, path) is None:
                 self.store.remove_tree(self.path, path)
         except OSError:
             pass
@@ -299,7 +299,7 @@ class Records:
         checkpoints reference (held data: the name stays marked, and each later
         retention collects what is no longer referenced); forgets the mark once
         nothing is left."""
-        check_step_name(name, self.name)  # never a path: see engine/run.py
+        check_step_name(name, self.name)  # never a path: see run_directory.py
         self._refs.pop(name, None)
         held = self.held()
         keep = frozenset(held.get(name, ()))

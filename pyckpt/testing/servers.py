@@ -28,7 +28,7 @@ import time
 import urllib.request
 from typing import Any, Iterator
 
-from ..engine.attempts import pid_alive
+from .._process import pid_alive
 # the throttling TCP proxy lives with the other relays; importable from here as before
 from .relay import LoopbackProxy, loopback_proxy  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""Run directories holding TensorFlow checkpoints (engine/run.py): the step scanner,
+"""Run directories holding TensorFlow checkpoints (run_directory.py): the step scanner,
 deletion of TensorFlow's files, and a CheckpointManager adopting a directory that
 tf.train.CheckpointManager wrote."""
 
@@ -8,43 +8,43 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.engine import run
+from pyckpt import run_directory
 from pyckpt.storage import resolve
 
 
 def test_committed_steps_and_recovery(fixture_copy):
     d = fixture_copy("training")
     store, p = resolve(d)
-    assert run.committed_steps(store, p, "ckpt") == {}
-    assert run.committed_steps(store, p, "ckpt", tensorflow=True) == \
+    assert run_directory.committed_steps(store, p, "ckpt") == {}
+    assert run_directory.committed_steps(store, p, "ckpt", tensorflow=True) == \
         {"ckpt-3": 3, "ckpt-4": 4, "ckpt-5": 5}
-    state = run.recover_state(store, p, "ckpt", tensorflow=True)
+    state = run_directory.recover_state(store, p, "ckpt", tensorflow=True)
     assert [e.name for e in state.active] == ["ckpt-3", "ckpt-4", "ckpt-5"]
-    assert run.is_tensorflow(store, p, "ckpt-4")
-    assert [os.path.basename(f) for f in run.tensorflow_files(store, p, "ckpt-4")] == \
+    assert run_directory.is_tensorflow(store, p, "ckpt-4")
+    assert [os.path.basename(f) for f in run_directory.tensorflow_files(store, p, "ckpt-4")] == \
         ["ckpt-4.index", "ckpt-4.data-00000-of-00001"]
 
 
 def test_delete_checkpoint_removes_tensorflow_files_index_first(fixture_copy, tmp_path):
     d = fixture_copy("training")
     store, p = resolve(d)
-    run.delete_checkpoint(store, p, "ckpt-3")
+    run_directory.delete_checkpoint(store, p, "ckpt-3")
     assert not [f for f in os.listdir(d) if f.startswith("ckpt-3.")]
     assert sorted(f for f in os.listdir(d) if f.startswith("ckpt-4.")) == \
         ["ckpt-4.data-00000-of-00001", "ckpt-4.index"]
     # an interrupted deletion (index gone, data left) is finished by a second call
     os.remove(os.path.join(d, "ckpt-4.index"))
-    run.delete_checkpoint(store, p, "ckpt-4")
+    run_directory.delete_checkpoint(store, p, "ckpt-4")
     assert not [f for f in os.listdir(d) if f.startswith("ckpt-4.")]
     with pytest.raises(ValueError):
-        run.delete_checkpoint(store, p, "../ckpt-5")
+        run_directory.delete_checkpoint(store, p, "../ckpt-5")
     # pyckpt checkpoints and TF1 .meta files
     pyckpt.save({"x": np.ones(3)}, os.path.join(d, "ckpt-9"))
-    run.delete_checkpoint(store, p, "ckpt-9")
+    run_directory.delete_checkpoint(store, p, "ckpt-9")
     assert not os.path.exists(os.path.join(d, "ckpt-9"))
     t = fixture_copy("tf1")
     store, p = resolve(os.path.join(t, "run_0"))
-    run.delete_checkpoint(store, p, "model.ckpt-5")
+    run_directory.delete_checkpoint(store, p, "model.ckpt-5")
     assert os.listdir(os.path.join(t, "run_0")) == ["checkpoint"]
 
 

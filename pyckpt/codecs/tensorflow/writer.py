@@ -19,7 +19,7 @@ import numpy as np
 
 from ..._dtypes import dtype_from_name, dtype_name, little_endian
 from ..._native import core as _core
-from ...engine import run
+from ... import run_directory
 from ...format import tf_state
 from ...storage import Store
 from ...storage.streamed import earlier_uploads_of, write_stream
@@ -91,7 +91,7 @@ def write_bundle(store: Store, prefix: str,
         if tensors[a][0] == tensors[b][0]:
             raise ValueError(f"two tensors share the key {tensors[a][0]!r}")
     head, _, name = prefix.rpartition("/")
-    run.check_checkpoint_name(name, "checkpoint prefix")
+    run_directory.check_checkpoint_name(name, "checkpoint prefix")
 
     def join(n: str) -> str:
         return store.join(head, n) if head else n
@@ -193,7 +193,7 @@ def update_state(store: Store, directory: str, name: str, clock: Callable[[], fl
     """Names checkpoint ``name`` (directly in directory) the latest in TensorFlow's
     ``checkpoint`` state file, keeping the others it lists (relative names, as
     ``tf.train.CheckpointManager`` writes them)."""
-    old = run.read_tensorflow_state(store, directory)
+    old = run_directory.read_tensorflow_state(store, directory)
     state = tf_state.TFState()
     now = clock()
     if old is not None:

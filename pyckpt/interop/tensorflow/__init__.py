@@ -6,7 +6,7 @@ Reading: ``TensorFlowCheckpoint`` is the checkpoint source of a TensorBundle
 ``pyckpt.sources`` so that ``load_checkpoint``, ``list_variables``,
 ``load_variable``, ``load`` and ``Checkpoint.restore`` open TensorFlow prefixes
 transparently (``sources.open_source`` resolves run directories first, reading
-TensorFlow's ``checkpoint`` state file: ``engine/run.py``).
+TensorFlow's ``checkpoint`` state file: ``run_directory.py``).
 
 Writing: ``save(src, prefix)`` writes a pyckpt checkpoint, any source or a
 tree as a TensorFlow checkpoint that ``tf.train.load_checkpoint`` and

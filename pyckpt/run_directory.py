@@ -1,9 +1,12 @@
 """A run directory: numbered checkpoints ``<name>-<N>`` and the manager's state
 file ``pyckpt-manager.json`` (docs/PROTOCOL.md, "Manager state"). This module is
-the one step scanner: the manager, the reader and ``latest_checkpoint`` find a
-directory's checkpoints and its latest one here (``pyckpt ls`` lists every entry
-of a directory itself, committed, uncommitted or corrupt, and takes only
-``step_of`` from here).
+the one home of run-directory knowledge (step names, "latest", the manager's and
+TensorFlow's state files), in a layer of its own below the engine, which uses it
+and owns none of it. It is the one step scanner: the manager, the reader and
+``latest_checkpoint`` find a directory's checkpoints and its latest one here
+(``pyckpt ls`` lists every entry of a directory itself, committed, uncommitted or
+corrupt, and takes only ``step_of`` from here), and whether a checkpoint is
+committed at a path is answered here too (``committed_manifest``).
 
 The state file is kept in the directory and always replaced atomically. Paths
 in it are relative to the directory, so a copied or moved directory keeps
@@ -29,10 +32,10 @@ import time
 import warnings
 from typing import Any, Callable, Iterator
 
-from ..errors import CorruptCheckpointError
-from ..storage import Store
-from ..format import INDEX_NAME, decode_index
-from ..format import tf_state
+from .errors import CorruptCheckpointError
+from .storage import Store
+from .format import INDEX_NAME, Manifest, decode_index
+from .format import tf_state
 
 STATE_NAME = "pyckpt-manager.json"
 STATE_VERSION = 1
@@ -157,6 +160,16 @@ class ManagerState:
             deleting=[check_step_name(d, name, "'deleting'") for d in deleting],
             last_preserved_time=float(lpt) if isinstance(lpt, (int, float)) else None,
         )
+
+
+def committed_manifest(store: Store, path: str) -> Manifest | None:
+    """The manifest committed at ``path`` (a checkpoint directory), or None when its
+    index is missing or cannot be read or decoded."""
+    index = store.join(path, INDEX_NAME)
+    try:
+        return decode_index(store.read_bytes(index), store.url(index))
+    except (FileNotFoundError, ValueError, OSError):
+        return None
 
 
 def read_state(store: Store, directory: str) -> ManagerState | None:
