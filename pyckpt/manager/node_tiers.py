@@ -6,12 +6,12 @@ tier is shared.
   the same index there, after keeping the replicas of ``replicate`` other workers'
   parts (``workers/node_local.py``); each worker's local manager keeps its own state
   file and retention. ``blocking=False``: the local manager runs all of that after
-  staging, in its background thread, on a background communicator.
+  staging, in the background (its ``PendingSave``), on a background communicator.
 - **Persist.** When due (rank 0 decides, for all), each worker uploads (once its
   local save committed) the files it wrote itself from its local directory to the
-  durable checkpoint directory, in a background thread, verifying every chunk,
-  under the same names. No
-  collective runs in the background, and the upload pauses while a save runs:
+  durable checkpoint directory, in a background job (``jobs.py``), verifying every
+  chunk, under the same names. No collective runs in the background, and the
+  upload pauses while a save runs:
   the next save (or ``wait_until_finished``,
   ``close``) all-gathers the workers' upload status; once every upload is done
   rank 0 commits the index in the durable tier and records it (a failed upload is
@@ -28,10 +28,10 @@ tier is shared.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from typing import Any
 
+from .. import jobs
 from ..engine.copy import commit_copied, copy_files
 from ..errors import CheckpointError, add_note
 from ..workers import node_local
@@ -99,9 +99,8 @@ class NodeTiers(Tiers):
             except BaseException as e:  # noqa: BLE001 - reported at the next settle
                 self._upload_error = f"{type(e).__name__}: {e}"
 
-        # not a daemon: an upload in flight at interpreter exit completes
-        self._thread = threading.Thread(target=run, name="pyckpt-persist")
-        self._thread.start()
+        # a job (jobs.py): an upload in flight at interpreter exit completes
+        self._job = jobs.submit(run, "pyckpt-persist", lane=self)
 
     def settle(self, block: bool) -> None:
         """Collective: when every worker's upload of the persist in flight is done, rank
@@ -113,7 +112,7 @@ class NodeTiers(Tiers):
             return
         if block:
             self.join()
-        running = self._thread is not None and self._thread.is_alive()
+        running = self._job is not None and not self._job.done()
         status = "running" if running else self._upload_error
         statuses = self.comm.all_gather(status)
         if "running" in statuses:

@@ -7,11 +7,11 @@ with its own state file, writer lease and retention, driven through their public
 methods; this module only decides which local checkpoint to persist and when,
 runs the copy, and merges what both tiers hold.
 
-Persist sequence (one background thread, at most one persist in flight):
+Persist sequence (one background job, ``jobs.py``, at most one persist in flight):
  1. ``save`` commits ``<name>-<N>`` in the local tier (blocking or async, as any
     manager save); if the cadence says it is due and no persist is running, the
     checkpoint is *pinned* (local retention skips it) and the persist starts;
- 2. the thread waits for the local commit (an async local save), then copies the
+ 2. the job waits for the local commit (an async local save), then copies the
     committed local checkpoint to ``<durable>/<name>-<N>`` through
     ``engine/copy.py``: read back from the local files with every chunk verified,
     written under a new attempt id, index last (the store's commit protocol);
@@ -28,30 +28,17 @@ save's alone and the upload uses the time between saves.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import threading
 import time
 import warnings
-import weakref
 from typing import Any, Callable, Iterator
 
+from .. import jobs
 from ..checkpoint_reader import load_checkpoint
 from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError, CorruptCheckpointError, add_note
 from .keeper import RunKeeper
-
-_LIVE: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
-
-
-@atexit.register
-def _finish_persists() -> None:  # a persist in flight at exit still commits
-    for t in list(_LIVE):
-        try:
-            t.join()
-        except BaseException:
-            pass
-
 
 class Tiers:
     """The local and the durable keeper of one tiered ``CheckpointManager``, and
@@ -74,12 +61,11 @@ class Tiers:
         self._clock = clock
         self._since = 0  # local saves since the last persist started
         self._last_start = clock()
-        self._thread: threading.Thread | None = None
+        self._job: jobs.Job | None = None  # the persist in flight (or ended, not joined)
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._idle = threading.Event()  # set while no local save runs
         self._idle.set()
-        _LIVE.add(self)
 
     # -- cadence ----------------------------------------------------------------------
     def _due(self) -> bool:
@@ -89,7 +75,7 @@ class Tiers:
 
     def busy(self) -> bool:
         """Whether a persist is running."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._job is not None and not self._job.done()
 
     @contextlib.contextmanager
     def saving(self) -> Iterator[None]:
@@ -141,9 +127,8 @@ class Tiers:
             finally:
                 self.local.unpin(name)
 
-        # not a daemon: a persist in flight at interpreter exit completes
-        self._thread = threading.Thread(target=run, name="pyckpt-persist")
-        self._thread.start()
+        # a job (jobs.py): a persist in flight at interpreter exit completes
+        self._job = jobs.submit(run, "pyckpt-persist", lane=self)
 
     def _persist(self, name: str) -> None:
         """The background part: wait for the local commit, then copy and record."""
@@ -174,10 +159,10 @@ class Tiers:
 
     def join(self) -> None:
         """Waits for the persist in flight, keeping its error."""
-        t = self._thread
-        if t is not None:
-            t.join()
-            self._thread = None
+        job = self._job
+        if job is not None:
+            job.join()
+            self._job = None
 
     def raise_error(self) -> None:
         """Re-raises (once) the error of a finished persist."""
