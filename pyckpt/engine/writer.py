@@ -38,7 +38,8 @@ from ..tree import validate_keys
 from . import attempts, commit as commits, naming, write_executor
 from .options import DEFAULT, IOOptions
 
-__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedSave", "save_tensors"]
+__all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedWrite",
+           "StagedSave", "stages_natively", "save_tensors"]
 
 
 class PreparedTensor:
@@ -211,25 +212,35 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
         attempts.end(store, path, attempt)
 
 
-class StagedSave:
-    """A local save that copies live tensors into staging buffers while writing
-    them (``_core.StagedWrite``): ``stage()`` returns once the live tensors may
-    change again, ``finish()`` waits for the data and commits.
+def stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
+    """Whether ``live`` (host arrays and DeviceArrays) can be written into ``path`` by a
+    ``StagedWrite`` (copies overlapped with the writes): the C++ core writes the
+    files (local ones), and each value is written as staged (native byte order)."""
+    return all(a.dtype.byteorder in "=<|" for a in live) and write_executor.can_stage(
+        store, path)
+
+
+class StagedWrite:
+    """One worker's shard files of an attempt, written while the live values are
+    copied into staging buffers (``_core.StagedWrite``): ``stage()`` returns once
+    the live values may change again, ``written()`` waits for the files and says
+    what was written (``write_data``'s result). The attempt is the caller's (the
+    DCP writer's, begun by its coordinator; ``StagedSave`` begins its own) and so
+    is the commit.
 
     Live values may be DeviceArrays: then the copies are run by their engines
     (``device.staging.stage_values``) and each staging buffer is handed to the
     writers as soon as its copy landed (the StagedWrite's external mode). A
-    staging buffer that is its live array (a blocking save of a host array) is
-    written from directly."""
+    staging buffer that is its live array (a host array of a blocking save) is
+    written from directly, never copied."""
 
     def __init__(self, store: Store, path: str, keys: list[str], live: list[Any],
-                 staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
-                 tree: Any = None, options: IOOptions = DEFAULT,
+                 staging: list[np.ndarray], *, attempt: str | None, rank: int = 0,
+                 options: IOOptions = DEFAULT,
                  ring: dict[int, np.ndarray] | None = None) -> None:
         if not write_executor.can_stage(store, path):
             raise ValueError("staged saves write local files")
-        self.store, self.path, self.graph, self.options = store, path, graph, options
-        self.tree = tree
+        self.store, self.path, self.options, self.rank = store, path, options, rank
         self.live, self.staging = list(live), list(staging)
         self.external = has_device_values(self.live) or any(
             a is b for a, b in zip(self.live, self.staging))
@@ -239,32 +250,38 @@ class StagedSave:
         self.issued = issue_copies(self.live, self.staging, skip=self.ring) \
             if self.external else None
         try:
-            self._plan(keys, metadata)
+            self.tensors = prepare_tensors(list(zip(keys, self.staging)), keys_checked=True)
+            self.attempt = self._begin(attempt)
+            try:
+                self._start(keys)
+            except BaseException:
+                self._end()
+                raise
         except BaseException:
             if self.issued is not None:
                 self.issued.abandon()
             raise
 
-    def _plan(self, keys: list[str], metadata: dict | None) -> None:
-        store, path, options = self.store, self.path, self.options
-        self.metadata = check_metadata(metadata)
-        self.tensors = prepare_tensors(list(zip(keys, self.staging)), keys_checked=True)
-        _prepare_dir(store, path)
-        self.attempt = naming.new_attempt_id()
-        attempts.begin(store, path, self.attempt)
+    def _begin(self, attempt: str | None) -> str:
+        """The attempt the files belong to (here the caller's, begun by it)."""
+        assert attempt is not None
+        self.store.makedirs(self.path)
+        return attempt
+
+    def _end(self) -> None:
+        """Ends what ``_begin`` began (here nothing: the attempt is the caller's)."""
+
+    def _start(self, keys: list[str]) -> None:
+        store, options = self.store, self.options
         self.nbytes, self.file_idx, self.offsets, self.sizes, self.names = _layout(
-            self.tensors, self.attempt, 0, options)
-        self.paths = [store.join(path, name) for name in self.names]
+            self.tensors, self.attempt, self.rank, options)
+        self.paths = [store.join(self.path, name) for name in self.names]
         self.job = None
         if self.names:
-            try:
-                self.job = write_executor.start_staged(
-                    store, self.paths, self.sizes, keys, [t.array for t in self.tensors],
-                    None if self.external else self.live, self.file_idx, self.offsets, options,
-                    ring=bool(self.ring))
-            except BaseException:
-                attempts.end(store, path, self.attempt)
-                raise
+            self.job = write_executor.start_staged(
+                store, self.paths, self.sizes, keys, [t.array for t in self.tensors],
+                None if self.external else self.live, self.file_idx, self.offsets, options,
+                ring=bool(self.ring))
 
     def stage(self) -> None:
         """Copies the live values aside; returns once they may change. On failure
@@ -290,7 +307,7 @@ class StagedSave:
                         writer_error = we
                     _discard(self.store, self.path, self.paths, e)
             finally:
-                attempts.end(self.store, self.path, self.attempt)
+                self._end()
             if isinstance(e, WriteEnded) and writer_error is not None:
                 raise writer_error from None  # ...unless the writers' error stopped it
             raise
@@ -314,18 +331,48 @@ class StagedSave:
         stage_ring(self.live, [i for i in order if i in self.ring], rings,
                    mark=job.mark_ready, written=written)
 
+    def written(self) -> WrittenData:
+        """Waits for the files (after ``stage()``); what was written. On failure the
+        files are removed and the error raised."""
+        if self.job is None:
+            crcs = np.zeros(0, dtype=np.uint32)
+        else:
+            try:
+                crcs, _ = self.job.wait()
+            except BaseException as e:
+                _discard(self.store, self.path, self.paths, e)
+                raise
+        return _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
+
+
+class StagedSave(StagedWrite):
+    """A local save that copies live tensors into staging buffers while writing
+    them (``StagedWrite``) under an attempt of its own: ``stage()`` returns once
+    the live tensors may change again, ``finish()`` waits for the data and commits."""
+
+    def __init__(self, store: Store, path: str, keys: list[str], live: list[Any],
+                 staging: list[np.ndarray], *, graph: dict | None, metadata: dict | None,
+                 tree: Any = None, options: IOOptions = DEFAULT,
+                 ring: dict[int, np.ndarray] | None = None) -> None:
+        self.graph, self.tree = graph, tree
+        self.metadata = check_metadata(metadata)
+        super().__init__(store, path, keys, live, staging, attempt=None, options=options,
+                         ring=ring)
+
+    def _begin(self, attempt: str | None) -> str:
+        """A new attempt, its marker made before any data (ended by ``_end``)."""
+        _prepare_dir(self.store, self.path)
+        attempt = naming.new_attempt_id()
+        attempts.begin(self.store, self.path, attempt)
+        return attempt
+
+    def _end(self) -> None:
+        attempts.end(self.store, self.path, self.attempt)
+
     def finish(self) -> Manifest:
         try:
-            if self.job is None:
-                crcs = np.zeros(0, dtype=np.uint32)
-            else:
-                try:
-                    crcs, _ = self.job.wait()
-                except BaseException as e:
-                    _discard(self.store, self.path, self.paths, e)
-                    raise
-            data = _written(self.names, self.sizes, self.file_idx, self.offsets, self.nbytes, crcs)
+            data = self.written()
             return _finish(self.store, self.path, self.tensors, data, self.attempt, self.tree,
                            self.graph, self.metadata, self.options)
         finally:
-            attempts.end(self.store, self.path, self.attempt)
+            self._end()

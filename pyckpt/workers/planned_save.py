@@ -79,29 +79,36 @@ def write_blocks(store: Store, path: str, attempt: str, rank: int,
                  blocks: Sequence[tuple[str, np.ndarray | DeviceArray, Sequence[int]]],
                  options: IOOptions = DEFAULT) -> list[StoredBlock]:
     """Step 2: writes ``(key, array, offsets)`` blocks of this worker; raises (having
-    deleted its own files) on failure. An array may be a DeviceArray (device
-    memory): those are staged first into the pinned staging buffers every save of
-    device values uses (``device.buffers.lease_shared``, ``device.staging``), host
-    arrays are written from where they are."""
+    deleted its own files) on failure. Host arrays are written from where they are.
+    DeviceArrays (device memory) are copied into the pinned staging buffers every
+    save of device values uses (``device.buffers.lease_shared``); into local files
+    the writers start on each value as soon as its copy landed (``StagedWrite``,
+    as ``pyckpt.save`` does), elsewhere every value is staged first."""
     arrays = [arr for _, arr, _ in blocks]
     if not has_device_values(arrays):
-        return _write_host(store, path, attempt, rank, blocks, options)  # type: ignore[arg-type]
+        prepared = _prepared(blocks)  # type: ignore[arg-type]  # host arrays only
+        store.makedirs(path)
+        return _stored(blocks, prepared, writer.write_data(
+            store, path, prepared, attempt=attempt, rank=rank, options=options), options)
+    keys = [f"{key}#{j}" for j, (key, _, _) in enumerate(blocks)]
     buffers, done = lease_shared()
     try:
-        staging = buffers.get([f"{key}#{j}" for j, (key, _, _) in enumerate(blocks)], arrays,
-                              copy_host=False)
+        staging = buffers.get(keys, arrays, copy_host=False)  # a host array is its own
+        if writer.stages_natively(store, path, arrays):
+            staged = writer.StagedWrite(store, path, keys, arrays, staging, attempt=attempt,
+                                        rank=rank, options=options)
+            staged.stage()
+            return _stored(blocks, staged.tensors, staged.written(), options)
         stage_values(arrays, staging, threads=options.threads)
-        return _write_host(store, path, attempt, rank,
-                           [(key, s, offsets) for (key, _, offsets), s in zip(blocks, staging)],
-                           options)
+        return write_blocks(store, path, attempt, rank,
+                            [(key, s, offsets) for (key, _, offsets), s in zip(blocks, staging)],
+                            options)
     finally:
         done()
 
 
-def _write_host(store: Store, path: str, attempt: str, rank: int,
-                blocks: Sequence[tuple[str, np.ndarray, Sequence[int]]],
-                options: IOOptions) -> list[StoredBlock]:
-    """``write_blocks`` of host arrays."""
+def _prepared(blocks: Sequence[tuple[str, np.ndarray, Sequence[int]]]) -> list[PreparedTensor]:
+    """The host blocks as the writers take them (stored dtype names checked)."""
     prepared = []
     for j, (key, arr, _) in enumerate(blocks):
         try:
@@ -109,8 +116,12 @@ def _write_host(store: Store, path: str, attempt: str, rank: int,
         except TypeError as e:
             raise TypeError(f"{key!r}: {e}") from None
         prepared.append(PreparedTensor(f"{key}#{j}", little_endian(arr), name))
-    store.makedirs(path)
-    data = writer.write_data(store, path, prepared, attempt=attempt, rank=rank, options=options)
+    return prepared
+
+
+def _stored(blocks: Sequence[tuple[str, Any, Sequence[int]]], prepared: list[PreparedTensor],
+            data: writer.WrittenData, options: IOOptions) -> list[StoredBlock]:
+    """Where each block landed (``data``: what the writers wrote)."""
     counts = -(-data.nbytes // options.chunk_size)
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     out = []

@@ -70,6 +70,169 @@ def test_writer_stages_device_values_through_pinned_staging(tmp_path, engine, mo
         assert torch.equal(got[k], v), k
 
 
+class _Gates:
+    """Holds the device-to-host copies of ``engine`` (each ticket's wait blocks until
+    its key is released): a copy that takes as long as the test wants."""
+
+    def __init__(self, engine, monkeypatch):
+        self.engine, self.events = engine, {}
+        real = engine.to_host
+
+        def to_host(srcs, dsts):
+            tickets = real(srcs, dsts)
+            return [self._held(engine.key_of(s), t) for s, t in zip(srcs, tickets)]
+        monkeypatch.setattr(engine, "to_host", to_host)
+
+    def event(self, key):
+        return self.events.setdefault(key, threading.Event())
+
+    def _held(self, key, ticket):
+        gate = self.event(key)
+
+        class Held:
+            def done(self):
+                return gate.is_set() and ticket.done()
+
+            def wait(self):
+                if not gate.wait(60):
+                    raise TimeoutError(f"the copy of {key!r} was never released")
+                ticket.wait()
+        return Held()
+
+    def release(self, *keys):
+        for k in keys:
+            self.event(k).set()
+
+
+def _in_files(path, data):
+    for name in os.listdir(path):
+        if name.startswith("data-"):
+            with open(os.path.join(path, name), "rb") as f:
+                if data in f.read():
+                    return True
+    return False
+
+
+def test_writer_writes_while_device_values_are_copied(tmp_path, engine, monkeypatch):
+    """Into local files the writer hands each device value to the writers as soon as
+    its copy landed (``StagedWrite``, as ``pyckpt.save``): the first value the
+    writers need is in its file while the copy of the last one has not landed (3 MiB
+    values: the writers write pieces of up to 8 MiB)."""
+    g = torch.Generator().manual_seed(11)
+    src = {f"t{i}": torch.randn(3 << 18, generator=g) for i in range(4)}
+    want = {k: v.clone() for k, v in src.items()}
+    hook = as_device(engine, src)
+    real = dcp_writer.to_numpy
+    monkeypatch.setattr(dcp_writer, "to_numpy", lambda t: hook(t) or real(t))
+    gates = _Gates(engine, monkeypatch)
+    started = {}
+    real_start = dcp_writer.planned_save.writer.write_executor.start_staged
+
+    def start_staged(store, paths, sizes, keys, *args, **kwargs):
+        job = real_start(store, paths, sizes, keys, *args, **kwargs)
+        started.update(job=job, keys=[k.split("#")[0] for k in keys])
+        return job
+    monkeypatch.setattr(dcp_writer.planned_save.writer.write_executor, "start_staged",
+                        start_staged)
+    path = str(tmp_path / "ck")
+    seen = {}
+
+    def controller():
+        try:
+            for _ in range(600):
+                if "job" in started:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                return  # never staged: the copies are released below, the test fails
+            keys = started["keys"]
+            order = [keys[i] for i in started["job"].order()]
+            first, last = order[0], order[-1]
+            gates.release(*[k for k in order if k != last])
+            data = want[first].numpy().tobytes()
+            for _ in range(600):
+                if _in_files(path, data):
+                    seen["first written before the last copy landed"] = first
+                    break
+                threading.Event().wait(0.05)
+        finally:
+            gates.release(*src)
+
+    t = threading.Thread(target=controller)
+    t.start()
+    try:
+        dcp.save(src, storage_writer=pyckpt.dcp.StorageWriter(path))
+    finally:
+        t.join()
+    assert "job" in started, "the device values were not written through a StagedWrite"
+    assert seen, "nothing was written before the last device copy landed"
+    got = pyckpt.load(path)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+
+
+def _written_arrays(monkeypatch):
+    """The arrays the writers are handed (host writes and staged writes)."""
+    got = []
+    ex = dcp_writer.planned_save.writer.write_executor
+    real_write, real_start = ex.write_shards, ex.start_staged
+
+    def write_shards(store, path, paths, sizes, keys, arrays, *args, **kwargs):
+        got.extend(arrays)
+        return real_write(store, path, paths, sizes, keys, arrays, *args, **kwargs)
+
+    def start_staged(store, paths, sizes, keys, staging, *args, **kwargs):
+        got.extend(staging)
+        return real_start(store, paths, sizes, keys, staging, *args, **kwargs)
+    monkeypatch.setattr(ex, "write_shards", write_shards)
+    monkeypatch.setattr(ex, "start_staged", start_staged)
+    return got
+
+
+@pytest.mark.parametrize("with_device", [False, True], ids=["cpu", "mixed"])
+def test_writer_writes_cpu_tensors_from_their_memory(tmp_path, engine, monkeypatch,
+                                                     with_device):
+    """CPU tensors are written from their own memory, not copied first; also beside
+    device values (then through the StagedWrite)."""
+    src = state()
+    want = {k: v.clone() for k, v in src.items()}
+    device = {"w": src["w"]} if with_device else {}
+    if device:
+        hook = as_device(engine, device)
+        real = dcp_writer.to_numpy
+        monkeypatch.setattr(dcp_writer, "to_numpy", lambda t: hook(t) or real(t))
+    arrays = _written_arrays(monkeypatch)
+    path = str(tmp_path / "ck")
+    dcp.save(src, storage_writer=pyckpt.dcp.StorageWriter(path))
+    for k, v in src.items():
+        if not v.numel() or k in device:
+            continue
+        mem = to_numpy(v)
+        assert any(np.shares_memory(a, mem) for a in arrays), k
+    if device:
+        assert not any(np.shares_memory(a, to_numpy(src["w"])) for a in arrays)
+    got = pyckpt.load(path)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+
+
+def test_writer_stages_device_values_first_into_object_stores(engine, monkeypatch):
+    """Where the C++ writers cannot write the files (an fsspec store), every device
+    value is staged, then written; the values are exact."""
+    src = state()
+    want = {k: v.clone() for k, v in src.items()}
+    hook = as_device(engine, src)
+    real = dcp_writer.to_numpy
+    monkeypatch.setattr(dcp_writer, "to_numpy", lambda t: hook(t) or real(t))
+    path = f"memory://dcp-device/{os.getpid()}/ck"
+    dcp.save(src, storage_writer=pyckpt.dcp.StorageWriter(path))
+    assert {k for what, d, k in engine.log if what == "land" and d == "d2h"} == {
+        "w", "b", "ids", "bf"}
+    got = pyckpt.load(path)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+
+
 def test_writer_device_copy_failure_commits_nothing(tmp_path, engine, monkeypatch):
     src = state()
     hook = as_device(engine, src)
