@@ -173,6 +173,7 @@ def report(kind: str, n: int, nbytes: int, times: dict, limit: dict | None) -> l
         for op in ("save", "load"):
             m = statistics.median(t[op])
             row[f"{op}_s"] = round(m, 3)
+            row[f"{op}_rounds_s"] = t[op]  # unrounded, per round (bench_revs.py's medians)
             row[f"{op}_GBps"] = round(nbytes / m / 1e9, 3)
             row[f"pyckpt_x_{op}"] = round(m / own[op], 2)
             if limit is not None:

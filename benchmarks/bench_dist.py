@@ -135,14 +135,22 @@ def verify_checkpoint(path: str, lay: dict) -> None:
 # ---------------------------------------------------------------------------
 
 
-def install_probes(events: list) -> None:
+def install_probes(events: list) -> list[str]:
     """Time the protocol steps of pyckpt.workers.save (module attributes looked up at call
-    time) and append (label, seconds) to ``events``."""
+    time) and append (label, seconds) to ``events``. The commit is ``engine.commit.finish``
+    (``engine.writer.commit`` before issue 39), so that earlier revisions run too
+    (bench_revs.py). Returns the steps this pyckpt has no probe point for (their times
+    read 0)."""
     import pyckpt.workers.save as dsave
     import pyckpt.engine.writer as writer
 
+    missing = []
+
     def wrap(mod, name, label):
-        fn = getattr(mod, name)
+        fn = getattr(mod, name, None)
+        if fn is None:
+            missing.append(f"{mod.__name__}.{name}")
+            return
 
         def probe(*a, **k):
             t0 = time.perf_counter()
@@ -157,7 +165,13 @@ def install_probes(events: list) -> None:
     wrap(dsave, "plan_global", "plan_global")
     wrap(dsave, "_assemble", "assemble")
     wrap(writer, "write_data", "write")
-    wrap(writer, "commit", "commit")
+    if hasattr(writer, "commit"):
+        wrap(writer, "commit", "commit")
+    else:
+        import pyckpt.engine.commit as commit_mod
+
+        wrap(commit_mod, "finish", "commit")
+    return missing
 
 
 def probed_comm_class():
@@ -201,7 +215,7 @@ def worker_main(args) -> None:
     local_bytes = sum(sa.local.nbytes for sa in tree["matrices"].values()) + \
         sum(a.nbytes for a in tree["replicated"].values())
     events: list = []
-    install_probes(events)
+    unprobed = install_probes(events)
     # Untimed warm-up: one save of a tiny state with the same keys and layout kind (first
     # calls: lazy imports, numpy's first unique/sort, MPI's first messages), so the timed
     # rounds show a training job's steady state.
@@ -245,7 +259,7 @@ def worker_main(args) -> None:
 
         doc = {"world": world, "pyckpt_threads_env": os.environ.get("PYCKPT_THREADS"),
                "options_threads": DEFAULT.threads, "local_bytes_rank0": local_bytes,
-               "setup_s": setup_s, "warmup_s": warmup_s, "rounds": rounds}
+               "setup_s": setup_s, "warmup_s": warmup_s, "rounds": rounds, "unprobed": unprobed}
         with open(args.out, "w") as f:
             json.dump(doc, f)
     comm.comm.Barrier()
@@ -623,6 +637,8 @@ def save_part(args, base: Path, cores: int) -> dict:
                   + " GB/s; save "
                   + ", ".join(f"{nbytes / t / GB:.2f}" for t in ts)
                   + f" GB/s (launch {doc['launch_wall_s']:.1f} s)", flush=True)
+            if doc.get("unprobed"):
+                print(f"    (no probe point, its time reads 0: {', '.join(doc['unprobed'])})")
     del state
     gc.collect()
     print(f"  save part took {time.perf_counter() - t_part:.0f} s")

@@ -15,7 +15,7 @@ measures, on the model-like state of ``model_state.py`` (~512 MiB by default):
 * a short sweep of pyckpt's remote knobs (``storage_options["pyckpt"]``);
 * where pyckpt's time goes (client / server CPU per contender, a stack-sampling
   profile of one save and one load, checksum and gather costs) when pyckpt is below
-  0.9x of the s3fs limit, or with ``--diagnose``.
+  0.9x of the s3fs limit, or with ``--diagnose`` (never with ``--no-diagnose``).
 
 Every contender writes into a fresh prefix, deleted after its loads. Contenders are
 interleaved (rotating order) with a ballast the size of the state touched before every
@@ -695,6 +695,9 @@ def parse_args(argv=None):
                    help="rounds per concurrency of limit C's sweep (default 2)")
     p.add_argument("--diagnose", action="store_true",
                    help="always print where pyckpt's time goes (else only below 0.9x)")
+    p.add_argument("--no-diagnose", action="store_true",
+                   help="never print where pyckpt's time goes (bench_revs.py: an earlier "
+                        "revision's internals that it reads may differ)")
     return parse(p, argv, quick={"size_gb": 1 / 16, "rounds": 2,
                                  "sweep_rounds": lambda a: min(a.sweep_rounds, 1),
                                  "raw_sweep_rounds": 1})
@@ -779,6 +782,8 @@ def main(argv=None) -> int:
         below = {t["phase"] for t in tg if t["target"] is not None and not t["met"]}
         if args.diagnose:
             below = {"save", "load"}
+        if args.no_diagnose:
+            below = set()
         if below:
             doc["diagnosis"] = diagnose(b, below)
     print(f"\ntotal run time {time.perf_counter() - t_start:.0f} s")

@@ -4,7 +4,8 @@
   overrides and range checks);
 * other revisions: :func:`tree_at` / :func:`remove_tree` (a checkout of a revision with this
   install's compiled core), :data:`TREE_PRELUDE` (code that imports pyckpt from such a tree,
-  also under an editable install);
+  also under an editable install), :func:`tree_env` (the environment under which every Python
+  process, launched workers included, runs the prelude);
 * header: :func:`import_pyckpt`, :func:`optional_import`, :func:`dist_version`,
   :func:`machine_info`, :func:`machine_header`, :func:`pyckpt_header`, :func:`no_pyckpt`,
   :func:`state_text`, :func:`print_plan`, :func:`make_workdir`;
@@ -93,6 +94,26 @@ def tree_at(rev: str, where: Path) -> Path:
                    check=True, capture_output=True)
     shutil.copy(native.core.__file__, where / "pyckpt")
     return where
+
+
+def tree_env(where: Path, env: dict | None = None) -> dict:
+    """``env`` (default: this process's environment) changed so that every Python process
+    started with it, and every process those start (torchrun or mpiexec workers), imports
+    pyckpt from the :func:`tree_at` checkout ``where``: ``PYCKPT_BENCH_TREE=where`` and a
+    ``sitecustomize.py`` holding :data:`TREE_PRELUDE` (written to ``where/.bench-site``) first
+    on ``PYTHONPATH``. A process whose pyckpt would come from elsewhere exits at start-up."""
+    site = where / ".bench-site"
+    site.mkdir(exist_ok=True)
+    guarded = "try:\n" + "".join(f"    {line}\n" for line in TREE_PRELUDE.strip().splitlines())
+    (site / "sitecustomize.py").write_text(
+        guarded + "except BaseException as _e:  # site.py would swallow an Exception\n"
+        "    import os as _o, sys as _s\n"
+        "    _s.stderr.write(f'PYCKPT_BENCH_TREE: {type(_e).__name__}: {_e}\\n')\n"
+        "    _s.stderr.flush()\n"
+        "    _o._exit(3)\n")
+    out = dict(os.environ if env is None else env, PYCKPT_BENCH_TREE=str(where))
+    out["PYTHONPATH"] = os.pathsep.join([str(site)] + [p for p in [out.get("PYTHONPATH")] if p])
+    return out
 
 
 def remove_tree(where: Path) -> None:
