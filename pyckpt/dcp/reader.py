@@ -52,6 +52,7 @@ class StorageReader(_Base):
         self._source: CheckpointSource | None = None
         self._bytes: dict[str, bytes] = {}
         self._types: list[tuple[np.dtype, Any]] = []  # per tensor: numpy and torch dtype
+        self._sizes: list[Any] = []  # per tensor: its shape as a torch.Size
 
     # -- DCP's interface ---------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
@@ -67,12 +68,10 @@ class StorageReader(_Base):
         src = self._open()
         sdm: dict[str, Any] = {}
         origins: dict[int, torch.Size] = {}  # rank -> the zero offsets (a tuple: shared)
-        for key, shape, (_, tdt) in zip(src.keys, map(src.shape, range(len(self._types))),
-                                        self._types):
-            size = torch.Size(shape)
-            origin = origins.get(len(shape))
+        for key, size, (_, tdt) in zip(src.keys, self._sizes, self._types):
+            origin = origins.get(len(size))
             if origin is None:
-                origin = origins[len(shape)] = torch.Size((0,) * len(shape))
+                origin = origins[len(size)] = torch.Size((0,) * len(size))
             sdm[key] = TensorStorageMetadata(properties=TensorProperties(dtype=tdt), size=size,
                                              chunks=[ChunkStorageMetadata(origin, size)])
         for key in self._bytes:
@@ -96,7 +95,7 @@ class StorageReader(_Base):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         src = self._open()
-        batch = _Batch(src, self._types)
+        batch = _Batch(src, self._types, self._sizes)
         for ri in plan.items:
             if ri.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(ri, io.BytesIO(self._bytes[ri.storage_index.fqn]))
@@ -117,6 +116,7 @@ class StorageReader(_Base):
             values = static_values(tree) if tree is not None else {}
             self._bytes = {k: v for k, v in values.items() if isinstance(v, bytes)}
             self._types = stored_dtypes(src)
+            self._sizes = [torch.Size(src.shape(i)) for i in range(len(self._types))]
             self._source = src
         return self._source
 
@@ -132,8 +132,9 @@ class _Batch:
     into the target afterwards, as DCP's own reader does (casting to the target's
     dtype). ``held``: bytes of those buffers."""
 
-    def __init__(self, src: CheckpointSource, types: list[tuple[np.dtype, Any]]) -> None:
-        self.src, self.types = src, types
+    def __init__(self, src: CheckpointSource, types: list[tuple[np.dtype, Any]],
+                 sizes: list[Any]) -> None:
+        self.src, self.types, self.sizes = src, types, sizes
         self.held = 0
         self._clear()
 
@@ -150,22 +151,22 @@ class _Batch:
         src = self.src
         i = src.index_of(ri.storage_index.fqn)
         target = resolved.detach() if resolved.requires_grad else resolved
-        lengths = tuple(ri.lengths)
-        if tuple(target.shape) != lengths:
-            raise ValueError(f"DCP asked to read a box of shape {lengths} of "
+        lengths = ri.lengths
+        if target.shape != lengths and tuple(target.shape) != tuple(lengths):
+            raise ValueError(f"DCP asked to read a box of shape {tuple(lengths)} of "
                              f"{ri.storage_index.fqn!r} into a tensor of shape "
                              f"{tuple(target.shape)}")
         dtype, tdt = self.types[i]
         dst, after = _in_place(target, dtype, tdt)
         if dst is None:  # read aside, copied into the target once read
-            dst = np.empty(lengths, dtype=dtype)
+            dst = np.empty(tuple(lengths), dtype=dtype)
             after = _copier(target, dst)
             self.held += dst.nbytes
         self.items.append(ri)
         self.targets.append(target)
         self.idx.append(i)
         self.dsts.append(dst)
-        self.boxes.append(None if lengths == src.shape(i)
+        self.boxes.append(None if target.shape == self.sizes[i]
                           else tuple(int(o) for o in ri.storage_offsets))
         self.after.append(after)
 

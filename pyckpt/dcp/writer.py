@@ -60,11 +60,12 @@ def _live_block(item: Any, value: Any) -> np.ndarray | DeviceArray:
     """The value of one tensor item as a save sees it (``to_numpy``, the torch leaf
     hook): a numpy view of a CPU tensor (made contiguous first), a DeviceArray of a
     CUDA tensor (staged through pinned buffers by ``write_blocks``, not copied here)."""
-    t = value.detach()
-    want = tuple(item.tensor_data.chunk.sizes)
-    if tuple(t.shape) != want:
+    t = value.detach() if value.requires_grad else value
+    want = item.tensor_data.chunk.sizes
+    if t.shape != want and tuple(t.shape) != tuple(want):
         raise ValueError(f"DCP item {item.index.fqn!r} at {tuple(item.index.offset or ())}: the "
-                         f"planner resolved a tensor of shape {tuple(t.shape)}, its plan says {want}")
+                         f"planner resolved a tensor of shape {tuple(t.shape)}, its plan says "
+                         f"{tuple(want)}")
     if t.is_cpu and not t.is_contiguous():
         t = t.contiguous()
     arr = to_numpy(t)
@@ -126,16 +127,17 @@ class StorageWriter(_Base):
                                "(prepare_global_plan of this writer class did not run)")
         store, p = resolve(self.path, self.storage_options)
         self._rank = part.rank
-        tensors, results = [], []
+        tensors, blocks, results = [], [], []
+        byte_io = WriteItemType.BYTE_IO
         for item in plan.items:
-            if item.type == WriteItemType.BYTE_IO:
-                data = planner.resolve_data(item)
+            data = planner.resolve_data(item)
+            if item.type == byte_io:
                 raw = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
                 results.append(WriteResult(item.index, len(raw), _Bytes(raw)))
             else:
                 tensors.append(item)
-        blocks = [(item.index.fqn, _live_block(item, planner.resolve_data(item)),
-                   tuple(item.tensor_data.chunk.offsets)) for item in tensors]
+                blocks.append((item.index.fqn, _live_block(item, data),
+                               item.tensor_data.chunk.offsets))
         # this rank's writes wait for its earlier saves to the same place (ordering.py)
         with ordering.take(ordering.place(store, p, part.rank), blocking=True).held():
             stored = planned_save.write_blocks(store, p, part.attempt, part.rank, blocks)
@@ -173,22 +175,26 @@ def _layout(metadata: Metadata, results: list[WriteResult]) -> tuple[list[Planne
     DCP's metadata order; a key DCP declared but no rank wrote is an error."""
     by_key: dict[str, list] = {}
     for r in results:
-        by_key.setdefault(r.index.fqn, []).append(r.storage_data)
+        got = by_key.get(r.index.fqn)
+        if got is None:
+            by_key[r.index.fqn] = [r.storage_data]
+        else:
+            got.append(r.storage_data)
     tensors, tree = [], []
     for key, md in metadata.state_dict_metadata.items():
         got = by_key.pop(key, [])
-        if isinstance(md, BytesStorageMetadata):
+        if type(md) is BytesStorageMetadata or isinstance(md, BytesStorageMetadata):
             if len(got) != 1 or not isinstance(got[0], _Bytes):
                 raise ValueError(f"DCP entry {key!r}: expected one bytes item, the ranks "
                                  f"wrote {len(got)}")
             tree.append([key, {"b": base64.b64encode(got[0].data).decode("ascii")}])
             continue
-        if not all(isinstance(b, StoredBlock) for b in got):
-            raise ValueError(f"DCP tensor {key!r}: a rank wrote it as bytes")
+        for b in got:
+            if type(b) is not StoredBlock:
+                raise ValueError(f"DCP tensor {key!r}: a rank wrote it as bytes")
         dtype = host_dtype_name(md.properties.dtype)
-        tensors.append(PlannedTensor(key, dtype, tuple(int(s) for s in md.size), got))
+        tensors.append(PlannedTensor(key, dtype, tuple(md.size), got))
         tree.append([key, {"s": key, "as": "torch"}])
     if by_key:
         raise ValueError(f"DCP wrote items its metadata does not declare: {sorted(by_key)[:5]}")
     return tensors, tree
-

@@ -121,26 +121,28 @@ def _prepared(blocks: Sequence[tuple[str, np.ndarray, Sequence[int]]]) -> list[P
 
 def _stored(blocks: Sequence[tuple[str, Any, Sequence[int]]], prepared: list[PreparedTensor],
             data: writer.WrittenData, options: IOOptions) -> list[StoredBlock]:
-    """Where each block landed (``data``: what the writers wrote)."""
-    counts = -(-data.nbytes // options.chunk_size)
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    """Where each block landed (``data``: what the writers wrote); each block's CRCs
+    are a view of the worker's CRC column."""
+    crcs = np.asarray(data.crcs, dtype=np.uint32)
+    ends = np.cumsum(-(-data.nbytes // options.chunk_size)).tolist()
+    files, file_idx, offsets = data.files, data.file.tolist(), data.offset.tolist()
     out = []
-    for j, (key, arr, offsets) in enumerate(blocks):
-        n = int(data.nbytes[j])
-        out.append(StoredBlock(key, data.files[int(data.file[j])] if n else None,
-                               int(data.offset[j]), n,
-                               np.array(data.crcs[starts[j]:starts[j + 1]], dtype=np.uint32),
-                               prepared[j].dtype_name, tuple(int(o) for o in offsets),
-                               tuple(int(s) for s in arr.shape)))
+    start = 0
+    for (key, arr, offs), n, f, off, end, p in zip(blocks, data.nbytes.tolist(), file_idx,
+                                                   offsets, ends, prepared):
+        out.append(StoredBlock(key, files[f] if n else None, off, n, crcs[start:end],
+                               p.dtype_name, tuple(map(int, offs)), tuple(map(int, arr.shape))))
+        start = end
     return out
 
 
 def _check(t: PlannedTensor) -> None:
+    rank = len(t.shape)
     for b in t.blocks:
         if b.dtype != t.dtype:
             raise ValueError(f"{t.key!r}: a block at {b.offsets} was written as {b.dtype}, "
                              f"the tensor is {t.dtype}")
-        if len(b.offsets) != len(t.shape) or len(b.shape) != len(t.shape):
+        if len(b.offsets) != rank or len(b.shape) != rank:
             raise ValueError(f"{t.key!r}: block at {b.offsets} of shape {b.shape} does not "
                              f"match the tensor's rank ({t.shape})")
     if len(t.blocks) == 1 and t.blocks[0].shape == t.shape and not any(t.blocks[0].offsets):
@@ -160,33 +162,40 @@ def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[Plann
     try:
         validate_keys([t.key for t in tensors])
         files: dict[str, int] = {}
-        cols: dict[str, list] = {"file": [], "offset": [], "nbytes": [], "crcs": [], "box": []}
+        entries: list[FileEntry] = []
+        file_col, offset_col, nbytes_col, crcs, boxes = [], [], [], [], []
         for t in tensors:
             _check(t)
-            whole = len(t.blocks) == 1 and t.blocks[0].shape == t.shape
-            for b in sorted(t.blocks, key=lambda b: b.offsets):
+            blocks = t.blocks
+            whole = len(blocks) == 1 and blocks[0].shape == t.shape
+            if len(blocks) > 1:
+                blocks = sorted(blocks, key=lambda b: b.offsets)
+            for b in blocks:
+                fi = 0
                 if b.file is not None:
-                    files.setdefault(b.file.name, len(files))
-                cols["file"].append(files[b.file.name] if b.file is not None else 0)
-                cols["offset"].append(b.offset)
-                cols["nbytes"].append(b.nbytes)
-                cols["crcs"].append(b.crcs)
-                cols["box"].append(None if whole else (b.offsets, b.shape))
-        entries = {b.file.name: b.file for t in tensors for b in t.blocks if b.file is not None}
+                    fi = files.get(b.file.name, -1)
+                    if fi < 0:
+                        fi = files[b.file.name] = len(entries)
+                        entries.append(b.file)
+                file_col.append(fi)
+                offset_col.append(b.offset)
+                nbytes_col.append(b.nbytes)
+                crcs.append(b.crcs)
+                boxes.append(None if whole else (b.offsets, b.shape))
         if extra_info and "attempt" in extra_info:
             raise ValueError("extra_info may not set 'attempt': the commit takes it from "
                              "the save's own attempt")
         doc = info(attempt, world_size)
         doc.update(extra_info or {})
         parts = commit.ManifestParts(
-            chunk_size=options.chunk_size, files=[entries[n] for n in files],
+            chunk_size=options.chunk_size, files=entries,
             keys=[t.key for t in tensors], dtype_names=[t.dtype for t in tensors],
-            shapes=[t.shape for t in tensors], file=np.asarray(cols["file"], np.int64),
-            offset=np.asarray(cols["offset"], np.int64),
-            nbytes=np.asarray(cols["nbytes"], np.int64),
-            crcs=np.concatenate(cols["crcs"]) if cols["crcs"] else np.zeros(0, np.uint32),
+            shapes=[t.shape for t in tensors], file=np.asarray(file_col, np.int64),
+            offset=np.asarray(offset_col, np.int64),
+            nbytes=np.asarray(nbytes_col, np.int64),
+            crcs=np.concatenate(crcs) if crcs else np.zeros(0, np.uint32),
             nblocks=np.asarray([len(t.blocks) for t in tensors], np.int64),
-            box=cols["box"] if any(b is not None for b in cols["box"]) else None,
+            box=boxes if any(b is not None for b in boxes) else None,
             tree=tree, info=doc)
         commit.finish(commit.Kind.WORKERS, store, path, parts)
     finally:
