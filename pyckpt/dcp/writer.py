@@ -6,14 +6,26 @@ DCP's call sequence, and what each step does here (docs/PROTOCOL.md section 8):
  - ``prepare_global_plan`` (coordinator): starts the attempt (its marker, before
    any data) and hands every rank the attempt id and its rank inside its plan;
  - ``write_data`` (every rank): its items into its own shard files, each chunk
-   checksummed (the C++ writers, GIL released); CUDA tensors are staged through
-   the pinned staging buffers of every save of device values first
-   (``planned_save.write_blocks``); the results say where each block landed, and
-   carry the bytes of the non-tensor items;
+   checksummed (the C++ writers, GIL released; ``planned_save.write_blocks``): CPU
+   tensors are written from their own memory; CUDA tensors are copied into the
+   pinned staging buffers of every save of device values, and into local files
+   the writers start on each as soon as its copy landed (``StagedWrite``, as
+   ``pyckpt.save``); the results say where each block landed, and carry the
+   bytes of the non-tensor items;
  - ``finish`` (coordinator, once every rank succeeded): the index, last.
 
 Writing and committing each take the rank's turn among the saves to the same
-place (``ordering.py``), as ``saving`` does: a save called earlier commits first.
+place (``ordering.py``): each waits for every save to that place called before.
+They are two turns, not one held from ``write_data`` to ``finish``: DCP calls
+``finish`` on the coordinator only, and not at all once a rank failed (it raises
+instead), so a turn held across the two calls would stay open after a failed
+save until the writer is reset or collected, and every later save to the place
+would wait for it. What that costs: a save to the same place called (in another
+thread) while this one writes may commit between this save's writes and its
+commit, and is then replaced by this one.
+
+No progress is reported: DCP's StorageWriter has no progress channel, and
+``dcp.save`` takes no ``progress=`` as ``pyckpt.save`` does.
 """
 
 from __future__ import annotations
