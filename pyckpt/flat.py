@@ -49,14 +49,14 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     then returns once the last value left the device). docs/API.md, "Device memory".
     """
     leaves, skeleton = flatten(tree)
+    plan = saving.SavePlan.build([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
+                                 storage_options=storage_options, comm=comm, progress=progress,
+                                 tree=skeleton, metadata=metadata,
+                                 max_pinned_bytes=max_pinned_bytes)
     if not blocking:
-        return saving.start([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
-                            storage_options=storage_options, comm=comm, progress=progress,
-                            tree=skeleton, metadata=metadata, max_pinned_bytes=max_pinned_bytes)
-    saving.write([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
-                 storage_options=storage_options, comm=comm, progress=progress, tree=skeleton,
-                 metadata=metadata, max_pinned_bytes=max_pinned_bytes)
-    return str(path) if not hasattr(path, "__fspath__") else str(path.__fspath__())
+        return saving.start(plan)
+    saving.write(plan)
+    return plan.shown
 
 
 # ---------------------------------------------------------------------------

@@ -430,15 +430,17 @@ class CheckpointIO(_Base):
             with self._claim(url):
                 self._settle(url)
                 items, skeleton, metadata = _encode(checkpoint)
-                saving.write(items, path, storage_options=options, comm=SingleComm(),
-                             tree=skeleton, metadata=metadata)
+                saving.write(saving.SavePlan.build(items, path, storage_options=options,
+                                                   comm=SingleComm(), tree=skeleton,
+                                                   metadata=metadata))
             return
         # (saves from several threads: none overtakes another)
         with self._starting, self._claim(url):
             self._settle(url)
             items, skeleton, metadata = _encode(checkpoint)
-            handle = saving.start(items, path, storage_options=options, comm=SingleComm(),
-                                  tree=skeleton, metadata=metadata)
+            handle = saving.start(saving.SavePlan.build(items, path, storage_options=options,
+                                                        comm=SingleComm(), tree=skeleton,
+                                                        metadata=metadata))
             with self._lock:
                 self._pending[url] = handle
 

@@ -1,17 +1,26 @@
-"""The one save path. ``pyckpt.save``, ``Checkpoint.write``/``save`` and
-``CheckpointManager.save`` all end here (docs/ARCHITECTURE.md, "Walk of a save").
+"""The one save path. ``pyckpt.save``, ``Checkpoint.write``/``save``,
+``CheckpointManager.save``, Lightning's ``save_checkpoint`` and the converters all
+end here (docs/ARCHITECTURE.md, "Walk of a save").
 
-``write`` resolves the store and the communicator, reports progress, and picks
-single-process (engine/writer.py) or multi-worker (workers/save.py) saving.
-``stage`` is the background variant: it copies the values aside and returns the
-work that writes them; ``start`` runs that work in a thread of its own and
-returns a ``PendingSave`` (``pyckpt.save(..., blocking=False)``). ``numbered``
-bumps a save counter and gives the number back if the save fails.
+A door describes its save as a ``SavePlan`` (``SavePlan.build``: the items, the
+resolved store and path, the communicator, tree/graph/metadata, node-local
+replicas, the incremental base, the pinned budget); the build runs every check
+once and decides the route (``Route``) and the staging once. ``write(plan)`` saves
+it blocking: it takes the save's turn (ordering.py), reports progress and runs the
+route: one process (engine/writer.py, engine/incremental.py) or several workers
+(workers/save.py). ``start(plan)`` is the background variant: it copies the values
+aside (``stage``) and returns a ``PendingSave`` whose thread writes and commits.
+``run(plan, blocking=...)`` is a numbered save's choice between the two (a
+manager's). ``numbered`` bumps a save counter and gives the number back if the save
+fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
+import os
 import threading
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -28,14 +37,15 @@ from .engine.options import DEFAULT
 from .workers import background
 from .workers.save import NodeLocalSave, distributed_save, plan_save
 from .engine.write_executor import can_stage
-from .engine.incremental import Base, save_incremental
+from .engine.incremental import Base, base_at, save_incremental
 from .engine.writer import StagedSave, save_tensors
 from .sharded import ShardedArray
 from .sharded.perworker import PerWorker
 from .storage import Store, resolve
 from .variables import Variable
 
-__all__ = ["Item", "PendingSave", "Background", "write", "stage", "start", "numbered"]
+__all__ = ["Item", "Route", "SavePlan", "PendingSave", "Background", "Base", "base_at",
+           "write", "stage", "start", "run", "numbered"]
 
 
 class Item:
@@ -51,71 +61,199 @@ class Item:
         self.obj = array if obj is None else obj
 
 
-def write(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
-          comm: Communicator | None = None,
-          progress: Callable[[int, int], Any] | None = None, tree: Any = None,
-          graph: dict | None = None, metadata: dict | None = None,
-          node_local: int | None = None, base: Base | None = None,
-          incremental: bool = False, max_pinned_bytes: int | None = None) -> None:
-    """Writes and commits one checkpoint at ``path`` (returns once it is durable,
-    on every worker). ``node_local=k``: a multi-worker job's node-local checkpoint,
-    ``path`` being this worker's own, with k replicas (workers/node_local.py).
-    ``incremental``: an incremental save (engine/incremental.py) referencing the
-    unchanged data of ``base`` (None: a full one that records fingerprints).
-    ``max_pinned_bytes``: device values are staged within that much pinned memory
-    (device/ring.py; single-process saves to local files only)."""
-    store, p = resolve(path, storage_options)
-    comm, multi = _mode(items, comm)
-    _check_incremental(incremental, node_local)
-    check_budget(max_pinned_bytes)
-    turn = ordering.take(_place(store, p, comm), blocking=True)  # in call order
+class Route(enum.Enum):
+    """Who writes a plan, decided once by ``SavePlan.build``."""
+
+    #: one process, a full save (engine/writer.py)
+    FILES = "files"
+    #: one process, referencing the base's unchanged data (engine/incremental.py)
+    INCREMENTAL = "incremental"
+    #: several workers (or sharded values) into one checkpoint (workers/save.py; in
+    #: the background workers/background.py), incremental or not
+    WORKERS = "workers"
+    #: several workers, each its own node-local checkpoint with replicas
+    #: (workers/node_local.py)
+    NODE_LOCAL = "node-local"
+
+
+@dataclasses.dataclass(frozen=True)
+class SavePlan:
+    """Everything one save needs, checked (``build``; build it there, not by hand).
+
+    ``store``/``path``: where it goes (``shown``: the path as the caller spelled it,
+    for handles); ``comm``: the resolved communicator (None: one process);
+    ``route``: who writes it; ``node_local``: the replicas of a node-local save;
+    ``incremental``/``base``: an incremental save and the checkpoint it references
+    (None: a full one that records fingerprints); ``max_pinned_bytes``: the pinned
+    budget device values are staged within; ``on_device``: whether values live in
+    device memory (staged through host buffers first); ``overlap``: whether the
+    staging copies overlap the writes (a ``StagedSave``: one process, a full save,
+    local files, native byte order); ``progress``: the blocking save's callback."""
+
+    items: tuple[Item, ...] = dataclasses.field(repr=False)
+    store: Store = dataclasses.field(repr=False)
+    path: str
+    shown: str
+    comm: Communicator | None = dataclasses.field(repr=False)
+    route: Route
+    tree: Any = dataclasses.field(default=None, repr=False)
+    graph: dict | None = dataclasses.field(default=None, repr=False)
+    metadata: dict | None = dataclasses.field(default=None, repr=False)
+    node_local: int | None = None
+    incremental: bool = False
+    base: Base | None = dataclasses.field(default=None, repr=False)
+    max_pinned_bytes: int | None = None
+    on_device: bool = False
+    overlap: bool = False
+    progress: Callable[[int, int], Any] | None = dataclasses.field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
+              comm: Communicator | None = None,
+              progress: Callable[[int, int], Any] | None = None, tree: Any = None,
+              graph: dict | None = None, metadata: dict | None = None,
+              node_local: int | None = None, incremental: bool = False, base: Any = None,
+              full_save_every: int | None = 10,
+              max_pinned_bytes: int | None = None) -> "SavePlan":
+        """The plan of a save of ``items`` at ``path`` (resolved with
+        ``storage_options``). ``node_local=k``: a multi-worker job's node-local
+        checkpoint, ``path`` being this worker's own, with k replicas.
+        ``incremental``: an incremental save referencing the unchanged data of the
+        checkpoint at ``base`` (a committed sibling directory of ``path``, given as a
+        path or URL: its manifest is read here; None, or no committed pyckpt
+        checkpoint there: a full save that records fingerprints), one save in every
+        ``full_save_every`` being full (engine/incremental.py). ``max_pinned_bytes``:
+        device values are staged through a ring within that much pinned memory
+        (single-process full saves to local files; a multi-worker or object-store
+        save with device values refuses it when it stages); incremental and
+        node-local saves stage the whole state, without it.
+
+        Raises NotImplementedError for an incremental node-local save, ValueError for
+        a bad budget, a ``base`` without ``incremental`` or one that is not a sibling
+        of ``path``."""
+        shown = str(os.fspath(path)) if hasattr(path, "__fspath__") else str(path)
+        store, p = resolve(path, storage_options)
+        if incremental and node_local is not None:
+            raise NotImplementedError(
+                "incremental saves of node-local tiers are not supported yet: save them with "
+                "incremental=False (docs/API.md section 18)")
+        check_budget(max_pinned_bytes)
+        comm = resolve_comm(comm)
+        sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
+        if comm is None and sharded:  # blocks and rows are checked and assembled like
+            comm = SingleComm()       # a multi-worker save's
+        multi = comm is not None and (comm.world_size > 1 or sharded)
+        route = (Route.FILES if not multi and not incremental else
+                 Route.INCREMENTAL if not multi else
+                 Route.WORKERS if node_local is None else Route.NODE_LOCAL)
+        live = [it.array for it in items]
+        if incremental or node_local is not None:
+            max_pinned_bytes = None  # their writers need the whole state staged
+        return cls(tuple(items), store, p, shown, comm, route, tree=tree, graph=graph,
+                   metadata=metadata, node_local=node_local, incremental=incremental,
+                   base=_base(store, p, base, incremental, storage_options, full_save_every),
+                   max_pinned_bytes=max_pinned_bytes, on_device=has_device_values(live),
+                   overlap=route is Route.FILES and _stages_natively(store, p, live),
+                   progress=progress)
+
+    @property
+    def multi(self) -> bool:
+        """Whether several workers (or sharded values) are saved as one checkpoint."""
+        return self.route in (Route.WORKERS, Route.NODE_LOCAL)
+
+    @property
+    def nbytes(self) -> int:
+        """This worker's bytes."""
+        return sum(it.array.nbytes for it in self.items)
+
+    @property
+    def keys(self) -> list[str]:
+        return [it.key for it in self.items]
+
+    @property
+    def live(self) -> list[Any]:
+        """The values as the caller holds them (host arrays and DeviceArrays)."""
+        return [it.array for it in self.items]
+
+    @property
+    def ring_from(self) -> int | None:
+        """The size from which device values may be staged through a ring of pinned
+        memory (the checksum chunk, where the copies overlap the writes; None: the
+        save needs the whole state staged)."""
+        return DEFAULT.chunk_size if self.overlap else None
+
+    @property
+    def can_background(self) -> bool:
+        """Whether ``start`` can run it in the background: not a node-local save whose
+        communicator cannot make a background one (its collectives run there)."""
+        return self.route is not Route.NODE_LOCAL or bool(
+            self.comm is not None and self.comm.background_capable)
+
+    def on_host(self, staged: Sequence[np.ndarray]) -> "SavePlan":
+        """This plan with its values replaced by their host copies ``staged``."""
+        items = tuple(Item(it.key, a, a if it.obj is it.array else it.obj)
+                      for it, a in zip(self.items, staged))
+        return dataclasses.replace(self, items=items, on_device=False, max_pinned_bytes=None)
+
+
+def _base(store: Store, path: str, base: Any, incremental: bool,
+          storage_options: dict | None, full_every: int | None) -> Base | None:
+    """The base an incremental save of ``path`` compares with (``SavePlan.build``)."""
+    if base is None:
+        return None
+    if not incremental:
+        raise ValueError(f"base={base!r} is for incremental saves: pass incremental=True")
+    _, bp = resolve(base, storage_options)
+    if bp.rstrip("/") == path.rstrip("/"):
+        raise ValueError(f"an incremental save of {path} cannot reference the checkpoint it "
+                         "replaces: give the base as another checkpoint")
+    if bp.rstrip("/").rpartition("/")[0] != path.rstrip("/").rpartition("/")[0]:
+        raise ValueError(f"the base of an incremental save of {path} must be a checkpoint in "
+                         f"the same directory, not {bp}")
+    return base_at(store, bp, full_every)
+
+
+def write(plan: SavePlan) -> None:
+    """Writes and commits ``plan``'s checkpoint (returns once it is durable, on every
+    worker), in the order of the calls to its place (ordering.py)."""
+    turn = ordering.take(_place(plan), blocking=True)  # in call order
     try:  # the turn is held inside the progress monitor's life: one of its callbacks may
         # save to the same place (it waits for this turn; the monitor is joined after it)
-        with _progress.reporting(progress, sum(it.array.nbytes for it in items)):
+        with _progress.reporting(plan.progress, plan.nbytes):
             with turn.held():
-                _write(items, store, p, comm, multi, tree=tree, graph=graph,
-                       metadata=metadata, node_local=node_local, base=base,
-                       incremental=incremental, max_pinned_bytes=max_pinned_bytes)
+                _write(plan)
     finally:
         turn.end()
 
 
-def _place(store: Store, path: str, comm: Communicator | None) -> str:
+def _place(plan: SavePlan) -> str:
     """What orders this worker's saves (ordering.py): the directory and the worker's rank."""
-    return ordering.place(store, path, comm.rank if comm is not None else 0)
+    return ordering.place(plan.store, plan.path, plan.comm.rank if plan.comm is not None else 0)
 
 
-def _write(items: Sequence[Item], store: Store, p: str, comm: Communicator | None,
-           multi: bool, *, tree: Any, graph: dict | None, metadata: dict | None,
-           node_local: int | None, base: Base | None, incremental: bool,
-           max_pinned_bytes: int | None) -> None:
-    """``write``'s work, in its turn."""
-    if has_device_values([it.array for it in items]):
-        _write_from_device(items, store, p, multi, lambda host: _write(
-            host, store, p, comm, multi, tree=tree, graph=graph, metadata=metadata,
-            node_local=node_local, base=base, incremental=incremental,
-            max_pinned_bytes=None), tree=tree, graph=graph,
-            metadata=metadata, base=base, incremental=incremental,
-            max_pinned_bytes=max_pinned_bytes)
-    elif multi:
-        assert comm is not None
-        distributed_save(comm, store, p, [(it.key, _planned(it)) for it in items],
-                         tree=tree, graph=graph, metadata=metadata,
-                         node_local=node_local is not None, replicate=node_local or 0,
-                         incremental=incremental, base=base)
-    elif incremental:
-        save_incremental(store, p, [(it.key, it.array) for it in items], base, tree=tree,
-                         graph=graph, metadata=metadata, keys_checked=True)
+def _write(plan: SavePlan) -> None:
+    """``write``'s work, in its turn, along the plan's route."""
+    if plan.on_device:
+        _write_from_device(plan)
+    elif plan.route is Route.FILES:
+        save_tensors(plan.store, plan.path, _pairs(plan), tree=plan.tree, graph=plan.graph,
+                     metadata=plan.metadata, keys_checked=True)
+    elif plan.route is Route.INCREMENTAL:
+        save_incremental(plan.store, plan.path, _pairs(plan), plan.base, tree=plan.tree,
+                         graph=plan.graph, metadata=plan.metadata, keys_checked=True)
     else:
-        save_tensors(store, p, [(it.key, it.array) for it in items], tree=tree, graph=graph,
-                     metadata=metadata, keys_checked=True)
+        assert plan.comm is not None
+        distributed_save(plan.comm, plan.store, plan.path,
+                         [(it.key, _planned(it)) for it in plan.items], tree=plan.tree,
+                         graph=plan.graph, metadata=plan.metadata,
+                         node_local=plan.route is Route.NODE_LOCAL,
+                         replicate=plan.node_local or 0, incremental=plan.incremental,
+                         base=plan.base)
 
 
-def _check_incremental(incremental: bool, node_local: int | None) -> None:
-    if incremental and node_local is not None:
-        raise NotImplementedError(
-            "incremental saves of node-local tiers are not supported yet: save them with "
-            "incremental=False (docs/API.md section 18)")
+def _pairs(plan: SavePlan, values: Sequence[Any] | None = None) -> list[tuple[str, Any]]:
+    """(key, value) of every item (``values``: its staged copies instead)."""
+    return list(zip(plan.keys, plan.live if values is None else values))
 
 
 def _planned(it: Item) -> Any:
@@ -126,41 +264,22 @@ def _planned(it: Item) -> Any:
     return PerWorker(it.array) if isinstance(it.obj, PerWorker) else it.array
 
 
-def _write_from_device(items: Sequence[Item], store: Store, path: str, multi: bool,
-                       write_host: Callable[[list[Item]], None], *, tree: Any,
-                       graph: dict | None, metadata: dict | None, base: Base | None = None,
-                       incremental: bool = False, max_pinned_bytes: int | None = None) -> None:
+def _write_from_device(plan: SavePlan) -> None:
     """A blocking save of values of which some live in device memory. One process:
     the device copies land in reusable (pinned) staging buffers and the writers
     start on each as soon as it landed (``stage``); host values are written from
     where they are. Multi-worker: every value is staged to host memory first, then
-    saved as host arrays (``write_host``)."""
-    keys = [it.key for it in items]
-    live = [it.array for it in items]
-    buffers, done = lease_shared(max_pinned_bytes)
+    saved as host arrays."""
+    buffers, done = lease_shared(plan.max_pinned_bytes)
     try:
-        staging = buffers.get(keys, live, copy_host=False,
-                              ring_from=ring_from(store, path, live, multi, incremental))
-        if multi:
-            stage_values(live, staging)
-            write_host([Item(it.key, a, a if it.obj is it.array else it.obj)
-                        for it, a in zip(items, staging)])
+        staging = buffers.get(plan.keys, plan.live, copy_host=False, ring_from=plan.ring_from)
+        if plan.multi:
+            stage_values(plan.live, staging)
+            _write(plan.on_host(staging))
         else:
-            stage(store, path, keys, live, staging, graph=graph, tree=tree,
-                  metadata=metadata, base=base, incremental=incremental,
-                  ring=buffers.ring_items)()
+            stage(plan, staging, ring=buffers.ring_items)()
     finally:
         done()
-
-
-def ring_from(store: Store, path: str, live: Sequence[Any], multi: bool,
-              incremental: bool) -> int | None:
-    """The size from which device values may be staged through a ring of pinned
-    memory (``max_pinned_bytes``): the checksum chunk, for the saves ``stage`` runs
-    as a StagedSave; None for the others (they need the whole state staged)."""
-    if multi or incremental or not _stages_natively(store, path, live):
-        return None
-    return DEFAULT.chunk_size
 
 
 def _stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
@@ -169,32 +288,31 @@ def _stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
     return all(a.dtype.byteorder in "=<|" for a in live) and can_stage(store, path)
 
 
-def stage(store: Store, path: str, keys: list[str], live: list[Any],
-          staging: list[np.ndarray], *, graph: dict | None, tree: Any = None,
-          metadata: dict | None = None, base: Base | None = None,
-          incremental: bool = False, ring: dict[int, np.ndarray] | None = None
-          ) -> Callable[[], Any]:
-    """Copies ``live`` (host arrays and DeviceArrays) into ``staging`` (host arrays
-    of the same shapes and dtypes, reused across saves; a staging array that is its
-    live array is not copied) and returns, once the live values may change again,
-    the work that writes and commits the checkpoint from the copies. Where the
-    store can write local files, writing starts while the copies run (not for an
-    incremental save: it compares the copies before it writes). ``ring``: the
-    values staged through a ring of pinned memory (``StagingBuffers.ring_items``;
-    only where ``ring_from`` allowed one)."""
-    if incremental:
+def stage(plan: SavePlan, staging: list[np.ndarray], *,
+          ring: dict[int, np.ndarray] | None = None) -> Callable[[], Any]:
+    """Copies a one-process plan's values (host arrays and DeviceArrays) into
+    ``staging`` (host arrays of the same shapes and dtypes, reused across saves; a
+    staging array that is its live array is not copied) and returns, once the live
+    values may change again, the work that writes and commits the checkpoint from
+    the copies. Where the plan overlaps the copies with the writes (``overlap``),
+    writing starts while the copies run (not for an incremental save: it compares
+    the copies before it writes). ``ring``: the values staged through a ring of
+    pinned memory (``StagingBuffers.ring_items``; only where ``ring_from`` allowed
+    one)."""
+    store, path, live = plan.store, plan.path, plan.live
+    if plan.route is Route.INCREMENTAL:
         stage_values(live, staging)
-        return lambda: save_incremental(store, path, list(zip(keys, staging)), base,
-                                        graph=graph, tree=tree, metadata=metadata,
-                                        keys_checked=True)
-    if _stages_natively(store, path, live):  # the C++ core writes the files
-        staged = StagedSave(store, path, keys, live, staging, graph=graph, metadata=metadata,
-                            tree=tree, ring=ring)
+        return lambda: save_incremental(store, path, _pairs(plan, staging), plan.base,
+                                        graph=plan.graph, tree=plan.tree,
+                                        metadata=plan.metadata, keys_checked=True)
+    if plan.overlap:  # the C++ core writes the files
+        staged = StagedSave(store, path, plan.keys, live, staging, graph=plan.graph,
+                            metadata=plan.metadata, tree=plan.tree, ring=ring)
         staged.stage()
         return staged.finish
     stage_values(live, staging)
-    return lambda: save_tensors(store, path, list(zip(keys, staging)), graph=graph, tree=tree,
-                                metadata=metadata, keys_checked=True)
+    return lambda: save_tensors(store, path, _pairs(plan, staging), graph=plan.graph,
+                                tree=plan.tree, metadata=plan.metadata, keys_checked=True)
 
 
 class PendingSave:
@@ -307,9 +425,10 @@ class Background:
         return self.buffers.get(keys, srcs, ring_from=ring_from)
 
     def warm(self, keys: list[str], srcs: list[Any]) -> None:
-        """Allocates (and pins) the staging buffers in a background thread (not with a
-        pinned budget: its ring is small, and sized by the first save)."""
-        if self.buffers.max_pinned_bytes is not None:
+        """With values in device memory among ``srcs``, allocates (and pins) their
+        staging buffers in a background thread (not with a pinned budget: its ring is
+        small, and sized by the first save); host values alone: nothing to do."""
+        if self.buffers.max_pinned_bytes is not None or not has_device_values(srcs):
             return
         self._warming = threading.Thread(target=self.buffers.get, args=(keys, srcs),
                                          name="pyckpt-warm-staging", daemon=True)
@@ -329,14 +448,10 @@ class Background:
         return self.comm
 
 
-def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = None,
-          comm: Communicator | None = None,
-          progress: Callable[[int, int], Any] | None = None, tree: Any = None,
-          graph: dict | None = None, metadata: dict | None = None,
-          node_local: int | None = None, keep: Background | None = None,
-          then: Callable[[BaseException | None], Any] | None = None,
-          base: Base | None = None, incremental: bool = False,
-          max_pinned_bytes: int | None = None) -> PendingSave:
+
+
+def start(plan: SavePlan, *, keep: Background | None = None,
+          then: Callable[[BaseException | None], Any] | None = None) -> PendingSave:
     """``write`` in the background, in every mode: returns once every value is copied
     aside into staging buffers (one host copy of the state, pinned for device values;
     ``keep``'s, else the process-wide ones kept for the next save:
@@ -345,52 +460,60 @@ def start(items: Sequence[Item], path: Any, *, storage_options: dict | None = No
     plan the save run here, and the background part talks through the store only
     (docs/PROTOCOL.md section 6b); a node-local save's background part runs its
     collectives on ``keep``'s background communicator (section 7b), and is saved
-    blocking where the communicator cannot make one. ``then(error)`` runs in the
-    background thread once the save ended (its error becomes the save's).
-    ``progress`` is refused: its monitor lives in the caller's context, which a
-    background save outlives."""
-    if progress is not None:
+    blocking where the communicator cannot make one (``SavePlan.can_background``).
+    ``then(error)`` runs in the background thread once the save ended (its error
+    becomes the save's). A plan with ``progress`` is refused: its monitor lives in
+    the caller's context, which a background save outlives."""
+    if plan.progress is not None:
         raise ValueError("progress= cannot be combined with blocking=False (yet): poll "
                          "the returned handle's done() instead")
-    shown = str(path.__fspath__()) if hasattr(path, "__fspath__") else str(path)
-    store, p = resolve(path, storage_options)
-    comm, multi = _mode(items, comm)
-    _check_incremental(incremental, node_local)
-    if multi and node_local is not None and not (comm and comm.background_capable):
-        handle = PendingSave(shown)
-        handle._run(lambda: write(items, path, storage_options=storage_options, comm=comm,
-                                  tree=tree, graph=graph, metadata=metadata,
-                                  node_local=node_local), then)
+    if not plan.can_background:
+        handle = PendingSave(plan.shown)
+        handle._run(lambda: write(plan), then)
         return handle
-    check_budget(max_pinned_bytes)
-    turn = ordering.take(_place(store, p, comm), blocking=False)  # in call order
+    turn = ordering.take(_place(plan), blocking=False)  # in call order
     if keep is not None:  # its own budget (the manager's max_pinned_bytes)
         buffers, get, release = keep.buffers, keep.get, None
     else:
-        buffers, release = lease_shared(max_pinned_bytes)
+        buffers, release = lease_shared(plan.max_pinned_bytes)
         get = buffers.get
-    keys = [it.key for it in items]
-    live = [it.array for it in items]
     try:
-        if multi:
-            assert comm is not None
-            if buffers.max_pinned_bytes is not None and has_device_values(live):
-                buffers.get(keys, live, ring_from=None)  # raises: it needs the whole state
-            work, cleanup = _start_multi(comm, store, p, items, get, tree=tree, graph=graph,
-                                         metadata=metadata, node_local=node_local, keep=keep,
-                                         incremental=incremental, base=base)
+        if plan.multi:
+            if buffers.max_pinned_bytes is not None and plan.on_device:
+                # raises: a multi-worker save needs the whole state staged
+                buffers.get(plan.keys, plan.live, ring_from=None)
+            work, cleanup = _start_multi(plan, get, keep)
         else:
-            staging = get(keys, live, ring_from=ring_from(store, p, live, multi, incremental))
-            work, cleanup = stage(store, p, keys, live, staging, graph=graph,
-                                  tree=tree, metadata=metadata, base=base,
-                                  incremental=incremental, ring=buffers.ring_items), None
-        return PendingSave(shown, _in_turn(turn, work), then=then, release=release,
+            staging = get(plan.keys, plan.live, ring_from=plan.ring_from)
+            work, cleanup = stage(plan, staging, ring=buffers.ring_items), None
+        return PendingSave(plan.shown, _in_turn(turn, work), then=then, release=release,
                            cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
         turn.end()
         if release is not None:
             release()
         raise
+
+
+def run(plan: SavePlan, *, blocking: bool = True, max_async_bytes: int | None = None,
+        keep: Background | None = None,
+        then: Callable[[BaseException | None], Any] | None = None) -> PendingSave | None:
+    """A numbered save's choice (a manager's): ``start(plan, keep=, then=)`` and its
+    handle, or ``write(plan)`` and None (``then`` not called). In the background only
+    when ``blocking`` is False, this worker's bytes fit ``max_async_bytes`` (None: no
+    limit) and the plan can run in the background (``SavePlan.can_background``).
+    With several workers and ``blocking`` False this is collective: the workers
+    check that they save the same checkpoint (its directory's name; ValueError on
+    all otherwise) and save in the background only if every one of them can."""
+    fits = not blocking and plan.can_background and (
+        max_async_bytes is None or plan.nbytes <= max_async_bytes)
+    comm = plan.comm
+    if comm is not None and comm.world_size > 1 and not blocking:
+        fits = background.agree(comm, plan.path.rstrip("/").rpartition("/")[2], fits)
+    if fits:
+        return start(plan, keep=keep, then=then)
+    write(plan)
+    return None
 
 
 def _in_turn(turn: ordering.Turn, work: Callable[[], Any]) -> Callable[[], Any]:
@@ -403,46 +526,35 @@ def _in_turn(turn: ordering.Turn, work: Callable[[], Any]) -> Callable[[], Any]:
     return in_order
 
 
-def _mode(items: Sequence[Item], comm: Communicator | None) -> tuple[Communicator | None, bool]:
-    """The communicator of a save of ``items`` and whether it is a multi-worker save
-    (several workers, or sharded values: blocks and per-worker rows are checked and
-    assembled like a multi-worker save)."""
-    comm = resolve_comm(comm)
-    sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
-    if comm is None and sharded:
-        comm = SingleComm()
-    return comm, comm is not None and (comm.world_size > 1 or sharded)
-
-
-def _start_multi(comm: Communicator, store: Store, path: str, items: Sequence[Item],
-                 get: Callable[[list[str], list[Any]], list[np.ndarray]], *, tree: Any,
-                 graph: dict | None, metadata: dict | None, node_local: int | None,
-                 keep: Background | None, incremental: bool = False,
-                 base: Base | None = None) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+def _start_multi(plan: SavePlan, get: Callable[[list[str], list[Any]], list[np.ndarray]],
+                 keep: Background | None
+                 ) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
     """Collective, in the caller's thread: stages this worker's values and plans the
     save with the others; returns the background part and what removes a failed
     attempt's files (rank 0's job; node-local: every worker's, in its own directory)."""
-    keys = [it.key for it in items]
-    live = [it.array for it in items]
-    objs = [it.obj for it in items]
+    comm, store, path = plan.comm, plan.store, plan.path
+    assert comm is not None
+    keys, live, objs = plan.keys, plan.live, [it.obj for it in plan.items]
 
     def staged() -> list[tuple[str, Any]]:
         bufs = get(keys, live)
         stage_values(live, bufs)
         return list(zip(keys, background.planned(objs, bufs)))
 
-    if node_local is None:
-        bg = background.prepare(comm, store, path, staged, tree=tree, graph=graph,
-                                metadata=metadata, incremental=incremental, base=base)
+    if plan.route is Route.WORKERS:
+        bg = background.prepare(comm, store, path, staged, tree=plan.tree, graph=plan.graph,
+                                metadata=plan.metadata, incremental=plan.incremental,
+                                base=plan.base)
         attempt = bg.attempt  # (the cleanup keeps the id only, not the staged copies)
         if comm.rank != 0:
             return bg.run, None
         return bg.run, lambda: background.discard(store, path, attempt)
     assert keep is not None, "node-local saves keep their background communicator"
     channel = keep.background_comm(comm)
-    nl = NodeLocalSave(channel, store, path, plan_save(comm, store, path, staged, metadata,
-                                                       DEFAULT),
-                       tree=tree, graph=graph, replicate=node_local, options=DEFAULT)
+    nl = NodeLocalSave(channel, store, path, plan_save(comm, store, path, staged,
+                                                       plan.metadata, DEFAULT),
+                       tree=plan.tree, graph=plan.graph, replicate=plan.node_local or 0,
+                       options=DEFAULT)
     attempt = nl.attempt
 
     def run() -> None:

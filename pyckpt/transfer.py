@@ -103,6 +103,6 @@ def _foreign_to_checkpoint(src: CheckpointSource, dst: str, dst_options: dict | 
     entries) and metadata kept."""
     validate_keys(list(src.keys))  # a foreign checkpoint's names become stored keys
     values = src.read_new(range(len(src.keys)))
-    saving.write([saving.Item(k, v) for k, v in zip(src.keys, values)], dst,
-                 storage_options=dst_options, comm=SingleComm(), progress=progress,
-                 tree=src.tree, metadata=src.metadata or None)
+    saving.write(saving.SavePlan.build(
+        [saving.Item(k, v) for k, v in zip(src.keys, values)], dst, storage_options=dst_options,
+        comm=SingleComm(), progress=progress, tree=src.tree, metadata=src.metadata or None))

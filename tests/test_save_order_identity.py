@@ -180,7 +180,7 @@ def test_a_blocking_save_from_a_completion_callback_does_not_deadlock(tmp_path, 
         pyckpt.save(third, path)  # called last: commits last
         called.append(True)
 
-    first = saving.start([saving.Item("a", OLD["a"])], path, then=then)
+    first = saving.start(saving.SavePlan.build([saving.Item("a", OLD["a"])], path), then=then)
     assert gate.entered.wait(WAIT)
     second = pyckpt.save(NEW, path, blocking=False)  # queued behind the first
     _finished_or_queued(second._thread, second.done)

@@ -41,8 +41,8 @@ from .reader import OpenCheckpoint, data_file_path
 from .writer import PreparedTensor, WrittenData, _prepare_dir, check_metadata, info, \
     prepare_tensors, write_data
 
-__all__ = ["Base", "FULL_ABOVE", "Matcher", "assemble", "damaged", "plan_mode", "record",
-           "reference", "save_incremental", "stats", "usable_files"]
+__all__ = ["Base", "FULL_ABOVE", "Matcher", "assemble", "base_at", "damaged", "plan_mode",
+           "record", "reference", "save_incremental", "stats", "usable_files"]
 
 #: a base whose save found more than this fraction of its bytes changed makes the
 #: next save a full one (module doc)
@@ -60,6 +60,16 @@ class Base:
     path: str
     manifest: Manifest
     full_every: int | None = 10
+
+
+def base_at(store: Store, path: str, full_every: int | None = 10) -> Base | None:
+    """The ``Base`` of the checkpoint at ``path`` (its manifest read now), for an
+    incremental save of a sibling directory; None where no pyckpt checkpoint is
+    committed there (the save is then a full one)."""
+    manifest = commit.read_previous(store, path)
+    if manifest is None:
+        return None
+    return Base(path.rstrip("/").rpartition("/")[2], path, manifest, full_every)
 
 
 def stats(manifest: Manifest) -> dict:

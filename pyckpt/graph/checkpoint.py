@@ -116,8 +116,8 @@ class Checkpoint(Trackable):
               progress: Callable[[int, int], Any] | None = None) -> str:
         """Writes every tracked value and the object graph exactly at ``path``.
         ``progress(bytes_done, bytes_total)`` reports this worker's writing."""
-        write_graph(self, path, storage_options=storage_options, comm=comm, progress=progress,
-                    metadata=metadata)
+        saving.write(graph_plan(self, path, storage_options=storage_options, comm=comm,
+                                progress=progress, metadata=metadata))
         return os.fspath(path)
 
     # -- reading -----------------------------------------------------------------------
@@ -221,13 +221,9 @@ def graph_items(root: Any) -> tuple[list[saving.Item], dict]:
     return items, live.to_json()
 
 
-def write_graph(root: Any, path: Any, *, storage_options: dict | None = None,
-                metadata: dict | None = None, comm: Communicator | None = None,
-                progress: Callable[[int, int], Any] | None = None,
-                node_local: int | None = None, max_pinned_bytes: int | None = None) -> None:
-    """Writes every value tracked from ``root`` and the object graph at ``path``
-    (``Checkpoint.write``; ``node_local``, ``max_pinned_bytes``: see ``saving.write``)."""
+def graph_plan(root: Any, path: Any, **options: Any) -> saving.SavePlan:
+    """The plan of a save of every value tracked from ``root`` and the object graph at
+    ``path`` (``Checkpoint.write``, a manager's saves; ``options``: those of
+    ``saving.SavePlan.build``)."""
     items, graph = graph_items(root)
-    saving.write(items, path, storage_options=storage_options, comm=comm, progress=progress,
-                 graph=graph, metadata=metadata, node_local=node_local,
-                 max_pinned_bytes=max_pinned_bytes)
+    return saving.SavePlan.build(items, path, graph=graph, **options)

@@ -39,9 +39,10 @@ def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
         src = SafetensorsFile(*resolve(src, src_options))
     validate_keys(list(src.keys))  # a foreign file's names become stored keys
     values = src.read_new(range(len(src.keys)))
-    saving.write([saving.Item(k, v) for k, v in zip(src.keys, values)], dst,
-                 storage_options=dst_options, comm=SingleComm(), progress=progress,
-                 metadata={"safetensors": src.metadata} if src.metadata else None)
+    saving.write(saving.SavePlan.build(
+        [saving.Item(k, v) for k, v in zip(src.keys, values)], dst, storage_options=dst_options,
+        comm=SingleComm(), progress=progress,
+        metadata={"safetensors": src.metadata} if src.metadata else None))
 
 
 def from_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,

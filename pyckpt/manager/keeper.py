@@ -3,7 +3,9 @@ of a training run, their state file, the writer lease and retention (docs/API.md
 section 3). ``CheckpointManager`` is one keeper, or two composed by ``tiers.py``.
 
 A keeper numbers, leases, records and retires; ``saving`` writes and commits, in
-every mode (``saving.write`` blocking, ``saving.start`` in the background). Save
+every mode: the keeper builds one ``saving.SavePlan`` per save (``graph_plan``: the
+plan reads the incremental base and decides the route) and hands it to
+``saving.run``, which writes it blocking or starts it in the background. Save
 sequence: the 7 steps of docs/PROTOCOL.md section 3, in short:
  1. wait for the previous background save (raising its error, if any; with
     several workers they also agree on its outcome, so that all raise or none:
@@ -16,9 +18,9 @@ sequence: the 7 steps of docs/PROTOCOL.md section 3, in short:
  4. bump ``save_counter``: the checkpoint is ``<name>-<N>`` (a number at or below
     an existing checkpoint warns);
  5. write and commit ``<directory>/<name>-<N>`` (``blocking=False``: from a
-    staging copy made before returning; with several workers the collectives run
-    here and the background part talks through the store only: docs/PROTOCOL.md
-    section 6b);
+    staging copy made before returning, unless it exceeds ``max_async_bytes``;
+    with several workers they agree on it, the collectives run here and the
+    background part talks through the store only: docs/PROTOCOL.md section 6b);
  6. check the lease again and record it in the state file (atomic replace);
  7. apply retention: a checkpoint to delete is first marked ``deleting`` in the
     state file, then its index is removed (it stops being a checkpoint), then
@@ -35,15 +37,10 @@ import weakref
 from typing import Any, Callable
 
 from .. import saving
-from ..engine.commit import read_previous
-from ..engine.incremental import Base
-from ..device.staging import has_device_values
-from ..errors import add_note
-from ..graph.checkpoint import graph_items, write_graph
+from ..errors import DistributedSaveError, add_note
+from ..graph.checkpoint import graph_items, graph_plan
 from ..storage import resolve
-from ..workers import background
 from ..workers.comm import Communicator, comm_scope, resolve_comm
-from ..workers.save import DistributedSaveError
 from .lock import WriterLease
 from .run_state import Records
 
@@ -159,38 +156,20 @@ class RunKeeper(Records):
             name = f"{self.name}-{number}"
             url = self.url(name)
             self.warn_if_below(number)
-            inc = self.incremental
             if lead:
                 self.check_not_held(name)
-            base = self.base_for(name) if inc else None
-            items, graph = (None, None) if blocking and not inc else graph_items(self.checkpoint)
-            sync = blocking or items is None or not self._async_fits(items)
-            if not sync and multi and self.node_local is not None:
-                assert comm is not None
-                sync = not comm.background_capable  # its collectives run in the background
-            if comm is not None and multi and not blocking:
-                sync = not background.agree(comm, name, not sync)
-            try:
-                pending = None
-                if sync and inc:
-                    assert items is not None
-                    saving.write(items, url, storage_options=self.storage_options, comm=comm,
-                                 graph=graph, incremental=True, base=base)
-                elif sync and self.node_local is not None:
-                    write_graph(self.checkpoint, url, storage_options=self.storage_options,
-                                comm=comm, node_local=self.node_local)
-                elif sync and self.max_pinned_bytes is not None:
-                    write_graph(self.checkpoint, url, storage_options=self.storage_options,
-                                comm=comm, max_pinned_bytes=self.max_pinned_bytes)
-                elif sync:
-                    self.checkpoint.write(url, storage_options=self.storage_options, comm=comm)
-                else:
-                    assert items is not None
-                    after = self._after(counter, counted, name, number, metrics, lead, multi)
-                    pending = saving.start(items, url, storage_options=self.storage_options,
-                                           comm=comm, graph=graph, node_local=self.node_local,
-                                           keep=self.background, then=after,
-                                           incremental=inc, base=base)
+            prev = self.previous(name) if self.incremental else None
+            after = self._after(counter, counted, name, number, metrics, lead, multi)
+            try:  # one plan (saving reads the base and takes the route), written or started
+                plan = graph_plan(self.checkpoint, url, storage_options=self.storage_options,
+                                  comm=comm, node_local=self.node_local,
+                                  incremental=self.incremental,
+                                  base=None if prev is None else self.url(prev),
+                                  full_save_every=self._full_every,
+                                  max_pinned_bytes=self.max_pinned_bytes)
+                pending = saving.run(plan, blocking=blocking,
+                                     max_async_bytes=self._max_async_bytes,
+                                     keep=self.background, then=after)
             except BaseException as e:
                 if lead:
                     self.roll_back(name, e)
@@ -230,34 +209,33 @@ class RunKeeper(Records):
 
         return after
 
-    def base_for(self, name: str) -> Base | None:
-        """What an incremental save of ``name`` compares with: the checkpoint saved last,
-        if it is a committed pyckpt checkpoint other than ``name`` (None: a full save)."""
+    def previous(self, name: str) -> str | None:
+        """The name of the checkpoint saved last, if other than ``name``: what an
+        incremental save (or a tier's persist) of ``name`` references."""
         latest = self.latest_name
-        if latest is None or latest == name:
-            return None
-        path = self.store.join(self.path, latest)
-        manifest = read_previous(self.store, path)
-        return None if manifest is None else Base(latest, path, manifest, self._full_every)
+        return None if latest == name else latest
 
-    def _async_fits(self, items: list[saving.Item]) -> bool:
-        if self._max_async_bytes is None:
-            return True
-        return sum(it.array.nbytes for it in items) <= self._max_async_bytes
+    def base_for(self, name: str) -> "saving.Base | None":
+        """The base of an incremental copy into ``name`` (a tier's persist): the
+        ``previous`` checkpoint, if it is a committed pyckpt checkpoint (None: a full
+        copy)."""
+        prev = self.previous(name)
+        if prev is None:
+            return None
+        return saving.base_at(self.store, self.store.join(self.path, prev), self._full_every)
 
     def _warm_staging(self) -> None:
-        """With values in device memory already tracked, allocates (pins) the async
-        saves' staging buffers in the background now, off the first save's path
-        (not with ``max_async_bytes=0``: no save is ever async, e.g. a durable tier)."""
+        """Allocates (pins) the async saves' staging buffers of the values already
+        tracked in device memory in the background now, off the first save's path
+        (``saving.Background.warm``; not with ``max_async_bytes=0``: no save is ever
+        async, e.g. a durable tier)."""
         if self._max_async_bytes == 0:
             return
         try:
             items, _ = graph_items(self.checkpoint)
         except Exception:  # noqa: BLE001 - only an optimisation: the save reports problems
             return
-        srcs = [it.array for it in items]
-        if has_device_values(srcs):
-            self.background.warm([it.key for it in items], srcs)
+        self.background.warm([it.key for it in items], [it.array for it in items])
 
     # -- multi-worker async saves (docs/PROTOCOL.md section 6b) ------------------------------
     def _settle(self, comm: Communicator) -> None:

@@ -26,7 +26,7 @@ def test_stage_values_copies_every_array():
 def test_save_through_the_engine(tmp_path):
     a, b = jnp.ones((4, 3), jnp.bfloat16), jnp.arange(6, dtype=jnp.int32)
     items = [saving.Item("a", device_array(a)), saving.Item("b", device_array(b))]
-    saving.write(items, tmp_path / "c")
+    saving.write(saving.SavePlan.build(items, tmp_path / "c"))
     got = pyckpt.load(tmp_path / "c")
     np.testing.assert_array_equal(got["a"], np.asarray(a))
     np.testing.assert_array_equal(got["b"], np.asarray(b))

@@ -304,7 +304,7 @@ def test_checkpoints_without_state_still_restore(tmp_path):
     doc.pop("state")
     items = [saving.Item(k, live.array_of(n), live.objects[n])
              for k, n in zip(live.value_keys(), live.values)]
-    saving.write(items, str(tmp_path / "old"), graph=doc)
+    saving.write(saving.SavePlan.build(items, str(tmp_path / "old"), graph=doc))
     assert "state" not in graph_of(tmp_path / "old")
     m2 = torch.nn.Linear(3, 2)
     opt2 = torch.optim.Adam(m2.parameters(), lr=0.5)

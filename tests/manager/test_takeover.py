@@ -270,7 +270,7 @@ def test_a_failed_save_of_the_old_manager_does_not_hold_up_the_new_one(tmp_path,
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as mp:
-        mp.setattr(type(old_ck), "write", broken)
+        mp.setattr(manager_module.saving, "write", broken)
         mp.setattr(manager_module.saving, "stage", lambda *a, **k: broken)
         with pytest.raises(OSError):
             old.save()

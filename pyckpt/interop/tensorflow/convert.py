@@ -197,5 +197,6 @@ def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     items = [(src.keys[i], _as_fixed(v) if src.tf_dtypes[i] == STRING else v)
              for i, v in zip(keep, values)]
     validate_keys([k for k, _ in items])  # a foreign checkpoint's names become stored keys
-    saving.write([saving.Item(k, v) for k, v in items], dst, storage_options=dst_options,
-                 comm=SingleComm(), progress=progress, graph=graph)
+    saving.write(saving.SavePlan.build([saving.Item(k, v) for k, v in items], dst,
+                                       storage_options=dst_options, comm=SingleComm(),
+                                       progress=progress, graph=graph))
