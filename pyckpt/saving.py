@@ -36,9 +36,8 @@ from .device.staging import has_device_values, stage_values
 from .engine.options import DEFAULT
 from .workers import background
 from .workers.save import NodeLocalSave, distributed_save, plan_save
-from .engine.write_executor import can_stage
 from .engine.incremental import Base, base_at, save_incremental
-from .engine.writer import StagedSave, save_tensors
+from .engine.writer import StagedSave, save_tensors, stages_natively
 from .sharded import ShardedArray
 from .sharded.perworker import PerWorker
 from .storage import Store, resolve
@@ -128,9 +127,9 @@ class SavePlan:
         save with device values refuses it when it stages); incremental and
         node-local saves stage the whole state, without it.
 
-        Raises NotImplementedError for an incremental node-local save, ValueError for
-        a bad budget, a ``base`` without ``incremental`` or one that is not a sibling
-        of ``path``."""
+        Raises NotImplementedError for an incremental node-local save; ValueError for
+        a bad budget, or a ``base`` without ``incremental``, at ``path`` itself or
+        outside ``path``'s directory."""
         shown = str(os.fspath(path)) if hasattr(path, "__fspath__") else str(path)
         store, p = resolve(path, storage_options)
         if incremental and node_local is not None:
@@ -153,7 +152,7 @@ class SavePlan:
                    metadata=metadata, node_local=node_local, incremental=incremental,
                    base=_base(store, p, base, incremental, storage_options, full_save_every),
                    max_pinned_bytes=max_pinned_bytes, on_device=has_device_values(live),
-                   overlap=route is Route.FILES and _stages_natively(store, p, live),
+                   overlap=route is Route.FILES and stages_natively(store, p, live),
                    progress=progress)
 
     @property
@@ -280,12 +279,6 @@ def _write_from_device(plan: SavePlan) -> None:
             stage(plan, staging, ring=buffers.ring_items)()
     finally:
         done()
-
-
-def _stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
-    """Whether ``stage`` writes while it copies (a StagedSave: local files, native
-    byte order)."""
-    return all(a.dtype.byteorder in "=<|" for a in live) and can_stage(store, path)
 
 
 def stage(plan: SavePlan, staging: list[np.ndarray], *,
