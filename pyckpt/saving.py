@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import ordering
+from . import jobs, ordering
 from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
@@ -326,11 +326,9 @@ class PendingSave:
         self._finished = threading.Event()
         self._error: BaseException | None = None
         self._cleanup = cleanup
-        self._thread: threading.Thread | None = None
-        if work is not None:  # not a daemon: a pending save finishes at interpreter exit
-            self._thread = threading.Thread(target=self._run, args=(work, then, release),
-                                            name="pyckpt-save")
-            self._thread.start()
+        self._job: jobs.Job | None = None
+        if work is not None:  # a job (jobs.py): a pending save finishes at interpreter exit
+            self._job = jobs.submit(lambda: self._run(work, then, release), "pyckpt-save")
 
     def _run(self, work: Callable[[], Any], then: Callable[[BaseException | None], Any] | None,
              release: Callable[[], Any] | None = None) -> None:
@@ -362,7 +360,7 @@ class PendingSave:
     def join(self, timeout: float | None = None) -> None:
         """Waits (at most ``timeout`` seconds) for the save to finish, without raising
         its error (a no-op from the save's own thread)."""
-        if self._thread is not threading.current_thread():
+        if self._job is None or not self._job.running_here():
             self._finished.wait(timeout)
 
     @property
@@ -403,7 +401,7 @@ class Background:
 
     def __init__(self, max_pinned_bytes: int | None = None) -> None:
         self.buffers = StagingBuffers(max_pinned_bytes)
-        self._warming: threading.Thread | None = None
+        self._warming: jobs.Job | None = None
         self.comm: Communicator | None = None
 
     def ready(self) -> None:
@@ -423,9 +421,8 @@ class Background:
         small, and sized by the first save); host values alone: nothing to do."""
         if self.buffers.max_pinned_bytes is not None or not has_device_values(srcs):
             return
-        self._warming = threading.Thread(target=self.buffers.get, args=(keys, srcs),
-                                         name="pyckpt-warm-staging", daemon=True)
-        self._warming.start()
+        self._warming = jobs.submit(lambda: self.buffers.get(keys, srcs),
+                                    "pyckpt-warm-staging", daemon=True)
 
     def release(self) -> None:
         self.ready()

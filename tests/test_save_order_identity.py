@@ -136,7 +136,7 @@ def test_a_later_background_save_through_another_spelling_commits_last(tmp_path,
     first = pyckpt.save(OLD, other, blocking=False)
     assert gate.entered.wait(WAIT)
     later = pyckpt.save(NEW, one, blocking=False)
-    _finished_or_queued(later._thread, later.done)
+    _finished_or_queued(later._job.thread, later.done)
     gate.release.set()
     first.wait(WAIT)
     later.wait(WAIT)
@@ -157,7 +157,7 @@ def test_a_blocking_save_in_another_thread_is_not_overtaken(tmp_path, monkeypatc
         _finished_or_queued(t2, lambda: not t2.is_alive())
     else:
         later = pyckpt.save(NEW, path, blocking=False)
-        _finished_or_queued(later._thread, later.done)
+        _finished_or_queued(later._job.thread, later.done)
     gate.release.set()
     _join(t, errors)
     if later_blocks:
@@ -183,7 +183,7 @@ def test_a_blocking_save_from_a_completion_callback_does_not_deadlock(tmp_path, 
     first = saving.start(saving.SavePlan.build([saving.Item("a", OLD["a"])], path), then=then)
     assert gate.entered.wait(WAIT)
     second = pyckpt.save(NEW, path, blocking=False)  # queued behind the first
-    _finished_or_queued(second._thread, second.done)
+    _finished_or_queued(second._job.thread, second.done)
     gate.release.set()
     first.wait(WAIT)
     second.wait(WAIT)

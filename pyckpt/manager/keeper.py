@@ -30,13 +30,12 @@ The newest committed checkpoint is never deleted.
 
 from __future__ import annotations
 
-import atexit
 import json
 import time
 import weakref
 from typing import Any, Callable
 
-from .. import saving
+from .. import jobs, saving
 from ..errors import DistributedSaveError, add_note
 from ..graph.checkpoint import graph_items, graph_plan
 from ..storage import resolve
@@ -47,16 +46,14 @@ from .run_state import Records
 _LIVE: "weakref.WeakSet[RunKeeper]" = weakref.WeakSet()
 
 
-@atexit.register
-def _finish_pending_saves() -> None:  # an async save in flight at exit still commits
+@jobs.at_shutdown
+def _release_leases() -> None:
+    """At exit, once every background save and persist ended (``jobs.shutdown``):
+    gives up the writer leases this process holds."""
     for k in list(_LIVE):
         try:
-            k.join()
-        except BaseException:
-            pass
-        try:
             k.lease.release()
-        except BaseException:  # storage clients may already be shut down at exit
+        except BaseException:  # noqa: BLE001 - storage clients may be shut down at exit
             pass
 
 
