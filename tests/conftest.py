@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 import numpy as np
@@ -79,11 +80,26 @@ def pytest_collection_finish(session):
 _HOLDING: list[str] = []
 
 
-def _locks(tmp_path_factory):
+@contextlib.contextmanager
+def _machine(tmp_path_factory, exclusive: bool):
+    """Holds the machine-wide turn (files all workers see): a shared lock for one test,
+    an exclusive one for an exclusive module, each taken through the gate lock (held
+    throughout by an exclusive holder, so that no new test starts while it waits for
+    the running ones to end). Closing the files releases the locks."""
     import fcntl
 
     shared = tmp_path_factory.getbasetemp().parent
-    return fcntl, open(shared / "pyckpt-turn-gate", "a+b"), open(shared / "pyckpt-turn", "a+b")
+    gate = open(shared / "pyckpt-turn-gate", "a+b")
+    main = open(shared / "pyckpt-turn", "a+b")
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        gate.close()
+        main.close()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -98,17 +114,12 @@ def _module_turn(request, tmp_path_factory):
             EXCLUSIVE):
         yield
         return
-    fcntl, gate, main = _locks(tmp_path_factory)
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(main, fcntl.LOCK_EX)
+    with _machine(tmp_path_factory, exclusive=True):
         _HOLDING.append(rel)
-        yield
-    finally:
-        if rel in _HOLDING:
+        try:
+            yield
+        finally:
             _HOLDING.remove(rel)
-        gate.close()  # closing releases the locks
-        main.close()
 
 
 @pytest.fixture(autouse=True)
@@ -122,15 +133,8 @@ def _turn(request, tmp_path_factory):
     if not os.environ.get("PYTEST_XDIST_WORKER") or _HOLDING:
         yield
         return
-    fcntl, gate, main = _locks(tmp_path_factory)
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(main, fcntl.LOCK_SH)
-        fcntl.flock(gate, fcntl.LOCK_UN)
+    with _machine(tmp_path_factory, exclusive=False):
         yield
-    finally:
-        gate.close()
-        main.close()
 
 
 @pytest.hookimpl(hookwrapper=True)
