@@ -95,7 +95,7 @@ class StorageWriter(_Base):
         self.path = os.fspath(path)
         self.storage_options = storage_options
         self._coordinator = False
-        self._attempt: str | None = None
+        self._attempt: planned_save.Attempt | None = None
         self._release: Any = None
         self._rank = 0  # this rank's place in the order of saves (ordering.py)
 
@@ -128,8 +128,8 @@ class StorageWriter(_Base):
         self._attempt = attempt
         # a save that fails on some rank never reaches finish(): ending the attempt
         # with this writer (or the next reset) lets the next commit sweep its files
-        self._release = weakref.finalize(self, planned_save.end, store, p, attempt)
-        return [dataclasses.replace(plan, storage_data=_Part(attempt, i))
+        self._release = weakref.finalize(self, attempt.end)
+        return [dataclasses.replace(plan, storage_data=_Part(attempt.id, i))
                 for i, plan in enumerate(plans)]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:

@@ -43,9 +43,24 @@ RECORD     a node's commit record (node-local tier)   no    no      no     no
   node_local.py step 9), not at its record.
 
 Steps 4 and 5 are best effort: they warn, never raise, as nothing committed can be
-lost by skipping them (a later commit's sweep removes what is left). The attempt's
-marker (``attempts.begin``/``end``) is the caller's: it began it before its first
-data byte, and ends it in its ``finally``, committed or not.
+lost by skipping them (a later commit's sweep removes what is left).
+
+Around the commit runs the save's attempt (``Attempt``, the one home of the steps
+every route takes: a new attempt id, its marker before the first data byte,
+``attempts.begin``, and its end, ``attempts.end``, once it committed or gave up):
+
+    with commit.Attempt.begin(Kind.SAVE, store, path) as a:
+        data = write_data(..., attempt=a.id)
+        a.finish(parts)                      # the commit; then the marker ends
+
+The kinds of an attempt are those that commit their own index (*own*: SAVE,
+WORKERS, COPY); a PERSIST or RECORD commit commits another attempt's index and has
+no marker of its own (``finish`` directly). Who holds the attempt follows from the
+kind's plan: SAVE and COPY, the process that writes; WORKERS, the coordinator (rank
+0, or DCP's coordinator), whose workers write under its ``id`` and leave the marker
+to it (docs/PROTOCOL.md sections 6, 6b, 7b, 8). The marker ends when the attempt is
+finished (committed or not), when its ``with`` block is left, or at ``end()`` (a
+coordinator whose attempt gives way: a refused plan, a node-local save's records).
 """
 
 from __future__ import annotations
@@ -61,12 +76,13 @@ from ..format import INDEX_NAME, Manifest, decode_index, encode_index
 from ..format.manifest import FileEntry, build_manifest
 from ..format.records import BlockTable
 from ..run_directory import committed_manifest as read_previous  # the commit's name for it
+from ..errors import CheckpointError
 from ..storage import Store
-from . import attempts
+from . import attempts, naming
 from .references import check_not_referenced
 
-__all__ = ["Kind", "ManifestParts", "copied_index", "finish", "read_previous", "abandon",
-           "discard", "sweep_orphans"]
+__all__ = ["Kind", "ManifestParts", "copied_index", "finish", "Attempt", "read_previous",
+           "abandon", "discard", "sweep_orphans"]
 
 
 class Kind(enum.Enum):
@@ -237,3 +253,62 @@ def _commit(steps: _Steps, store: Store, path: str, manifest: Manifest,
     if steps.sweep:
         sweep_orphans(store, path)
     return previous
+
+
+class Attempt:
+    """One save attempt at ``store``/``path`` under its coordinator (module doc): ``id``
+    names its data files; its marker exists from ``begin`` until ``finish``, ``end``
+    or the end of its ``with`` block, whichever comes first. Finished once."""
+
+    def __init__(self, kind: Kind, store: Store, path: str, attempt: str) -> None:
+        """(Through ``begin``.)"""
+        self.kind, self.store, self.path, self.id = kind, store, path, attempt
+        self._live = True
+        self._finished = False
+
+    @classmethod
+    def begin(cls, kind: Kind, store: Store, path: str) -> "Attempt":
+        """A new attempt of ``kind`` at ``path`` (made if missing), its marker written
+        before any of its data. ValueError for a kind that commits another attempt's
+        index (PERSIST, RECORD: no marker of their own)."""
+        if not STEPS[kind].own:
+            raise ValueError(f"a {kind.name} commit has no attempt of its own")
+        attempt = cls(kind, store, path, naming.new_attempt_id())
+        attempts.begin(store, path, attempt.id)
+        return attempt
+
+    @property
+    def live(self) -> bool:
+        """Whether its marker is still there (not yet finished or ended)."""
+        return self._live
+
+    def finish(self, index: ManifestParts | Manifest) -> Manifest:
+        """Commits ``index`` (``finish`` with this attempt's kind), then ends the
+        marker, committed or not; returns the committed manifest. The index must name
+        this attempt (``info["attempt"]``): ValueError otherwise. CheckpointError when
+        the attempt was finished or ended before."""
+        if self._finished or not self._live:
+            raise CheckpointError(f"attempt {self.id} at {self.store.url(self.path)} is "
+                                  f"{'finished' if self._finished else 'ended'}: "
+                                  "it commits at most once, before its end")
+        self._finished = True
+        try:
+            manifest = index.build() if isinstance(index, ManifestParts) else index
+            if manifest.info.get("attempt") != self.id:
+                raise ValueError(f"a commit of attempt {self.id} at {self.store.url(self.path)}"
+                                 f": its index names attempt {manifest.info.get('attempt')!r}")
+            return finish(self.kind, self.store, self.path, manifest)
+        finally:
+            self.end()
+
+    def end(self) -> None:
+        """Removes the marker (best effort), once; a no-op after that."""
+        if self._live:
+            self._live = False
+            attempts.end(self.store, self.path, self.id)
+
+    def __enter__(self) -> "Attempt":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()

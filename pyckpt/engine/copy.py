@@ -30,7 +30,7 @@ from . import naming
 from .read_executor import read_window
 from .write_executor import leftovers
 from .reader import OpenCheckpoint, open_checkpoint
-from . import attempts, commit, writer
+from . import commit, writer
 from .commit import discard, read_previous
 from .incremental import Base, Matcher, assemble, damaged, plan_mode, record, usable_files
 
@@ -259,7 +259,6 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     if base is not None and plan_mode(base) == "selective" and m.blocks.hashes is not None \
             and m.all_plain:
         return copy_referencing(ck, store, path, base, progress)
-    attempt = naming.new_attempt_id()
     # a referenced file: only the blocks this checkpoint reads, packed (module doc)
     packed = {f: _packed_layout(m, f, ck.options.alignment)
               for f, entry in enumerate(m.files) if entry.at is not None}
@@ -267,33 +266,30 @@ def copy_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     total = sum(sizes)
     done = 0
     new_files: list[FileEntry] = []
-    attempts.begin(store, path, attempt)  # its uploads are its own (stale_uploads.py)
-    sweep: LeftoverUploads | None = leftovers(store, path, attempt)
-    try:
-        for f, entry in enumerate(m.files):
-            name = naming.data_file_name(attempt, 0, f)
-            new_files.append(FileEntry(name, sizes[f]))
+    # its uploads are its own (stale_uploads.py)
+    with commit.Attempt.begin(commit.Kind.COPY, store, path) as a:
+        sweep: LeftoverUploads | None = leftovers(store, path, a.id)
+        try:
+            for f, entry in enumerate(m.files):
+                name = naming.data_file_name(a.id, 0, f)
+                new_files.append(FileEntry(name, sizes[f]))
 
-            def count(n: int) -> None:
-                nonlocal done
-                done += n
-                if progress is not None:
-                    progress(done, total)
+                def count(n: int) -> None:
+                    nonlocal done
+                    done += n
+                    if progress is not None:
+                        progress(done, total)
 
-            copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep,
-                      packed=packed.get(f))
-            sweep = None  # one sweep per copy
-    except BaseException:  # before the commit: nothing of this attempt can be committed
-        discard(store, path, new_files)
-        attempts.end(store, path, attempt)
-        raise
-    moves = {j: new for offsets, _ in packed.values() for j, new in offsets.items()}
-    copied = commit.copied_index(m, new_files, _packed_blocks(m, moves) if packed else m.blocks,
-                                 _fingerprinted_info(m, attempt, ck.url))
-    try:
-        commit.finish(commit.Kind.COPY, store, path, copied)
-    finally:
-        attempts.end(store, path, attempt)
+                copy_file(ck, f, store, store.join(path, name), count, leftovers=sweep,
+                          packed=packed.get(f))
+                sweep = None  # one sweep per copy
+        except BaseException:  # before the commit: nothing of this attempt can be committed
+            discard(store, path, new_files)
+            raise
+        moves = {j: new for offsets, _ in packed.values() for j, new in offsets.items()}
+        a.finish(commit.copied_index(m, new_files,
+                                     _packed_blocks(m, moves) if packed else m.blocks,
+                                     _fingerprinted_info(m, a.id, ck.url)))
     return store.url(path)
 
 
@@ -316,21 +312,17 @@ def copy_referencing(ck: OpenCheckpoint, store: Any, path: str, base: Base,
     arrays = ck.read_new_plain(changed)
     tensors = [writer.PreparedTensor(m.keys[i], a, m.dtype_names[i])
                for i, a in zip(changed, arrays)]
-    attempt = naming.new_attempt_id()
-    attempts.begin(store, path, attempt)
-    try:
-        data = writer.write_data(store, path, tensors, attempt=attempt)
+    with commit.Attempt.begin(commit.Kind.COPY, store, path) as attempt:
+        data = writer.write_data(store, path, tensors, attempt=attempt.id)
         total = int(b.nbytes.sum())
         if progress is not None:
             progress(total, total)
         files, cols = assemble(reuse, data, base, m.chunk_size)
         inc = record(base, "selective", sum(a.nbytes for a in arrays), total)
-        commit.finish(commit.Kind.COPY, store, path, commit.ManifestParts(
+        attempt.finish(commit.ManifestParts(
             chunk_size=m.chunk_size, files=files, keys=m.keys, dtype_names=list(m.dtype_names),
             shapes=list(m.shapes), file=cols["file"], offset=cols["offset"],
             nbytes=cols["nbytes"], crcs=cols["crcs"], tree=m.tree, metadata=m.metadata,
             graph=m.graph, hashes=b.hashes,
-            info={**_fingerprinted_info(m, attempt, ck.url), "incremental": inc}))
-    finally:
-        attempts.end(store, path, attempt)
+            info={**_fingerprinted_info(m, attempt.id, ck.url), "incremental": inc}))
     return store.url(path)

@@ -34,7 +34,7 @@ from ..errors import CorruptCheckpointError
 from ..format import Manifest
 from ..format.manifest import FileEntry
 from ..storage import Store
-from . import attempts, commit, naming
+from . import commit
 from .fingerprints import HashJob, block_hashes
 from .options import DEFAULT, IOOptions
 from .reader import OpenCheckpoint, data_file_path
@@ -295,9 +295,8 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
     tensors = prepare_tensors(items, keys_checked)
     mode = plan_mode(base)
     _prepare_dir(store, path)
-    attempt = naming.new_attempt_id()
-    attempts.begin(store, path, attempt)
-    try:
+    with commit.Attempt.begin(commit.Kind.SAVE, store, path) as a:
+        attempt = a.id
         arrays = [t.array for t in tensors]
         if mode == "selective":
             assert base is not None
@@ -322,11 +321,9 @@ def save_incremental(store: Store, path: str, items: Sequence[tuple[str, Any]], 
                                                            options.chunk_size))
         files, cols = assemble(reuse, data, base, options.chunk_size)
         inc = record(base, mode, changed, sum(a.nbytes for a in arrays))
-        return commit.finish(commit.Kind.SAVE, store, path, commit.ManifestParts(
+        return a.finish(commit.ManifestParts(
             chunk_size=options.chunk_size, files=files, keys=[t.key for t in tensors],
             dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
             file=cols["file"], offset=cols["offset"], nbytes=cols["nbytes"], crcs=cols["crcs"],
             tree=tree, metadata=metadata, graph=graph,
             info={**info(attempt), "incremental": inc}, hashes=hashes))
-    finally:
-        attempts.end(store, path, attempt)

@@ -11,7 +11,7 @@ Save sequence for one process (docs/PROTOCOL.md gives the multi-worker one):
     moment the checkpoint is committed; then delete the data files of the index
     that was replaced, if any, and the orphans of dead attempts (attempts.py:
     racing writers, killed saves).
-Steps 3-5 run inside the attempt's marker (attempts.begin/end). A failure
+Steps 3-5 run inside the attempt (commit.Attempt: its marker). A failure
 before step 4 deletes this attempt's files and leaves any previous checkpoint
 at the path untouched.
 """
@@ -35,7 +35,7 @@ from ..format import Manifest
 from ..format.manifest import FileEntry
 from ..storage import Store
 from ..tree import validate_keys
-from . import attempts, commit as commits, naming, write_executor
+from . import commit as commits, naming, write_executor
 from .options import DEFAULT, IOOptions
 
 __all__ = ["PreparedTensor", "WrittenData", "prepare_tensors", "write_data", "StagedWrite",
@@ -178,15 +178,14 @@ def info(attempt: str, world_size: int = 1) -> dict:
             "created": time.time(), "world_size": world_size}
 
 
-def _finish(store: Store, path: str, tensors: list[PreparedTensor], data: WrittenData,
-            attempt: str, tree: Any, graph: dict | None, metadata: dict,
-            options: IOOptions) -> Manifest:
-    """Commits the manifest of written data (steps 4-5 of the save: a SAVE commit)."""
-    return commits.finish(commits.Kind.SAVE, store, path, commits.ManifestParts(
+def _parts(tensors: list[PreparedTensor], data: WrittenData, attempt: str, tree: Any,
+           graph: dict | None, metadata: dict, options: IOOptions) -> commits.ManifestParts:
+    """The index of written data (committed by steps 4-5 of the save: a SAVE commit)."""
+    return commits.ManifestParts(
         chunk_size=options.chunk_size, files=data.files, keys=[t.key for t in tensors],
         dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
         file=data.file, offset=data.offset, nbytes=data.nbytes, crcs=data.crcs,
-        tree=tree, metadata=metadata, graph=graph, info=info(attempt)))
+        tree=tree, metadata=metadata, graph=graph, info=info(attempt))
 
 
 def _prepare_dir(store: Store, path: str) -> None:
@@ -203,13 +202,9 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
     metadata = check_metadata(metadata)
     tensors = prepare_tensors(items, keys_checked)
     _prepare_dir(store, path)
-    attempt = naming.new_attempt_id()
-    attempts.begin(store, path, attempt)
-    try:
-        data = write_data(store, path, tensors, attempt=attempt, options=options)
-        return _finish(store, path, tensors, data, attempt, tree, graph, metadata, options)
-    finally:
-        attempts.end(store, path, attempt)
+    with commits.Attempt.begin(commits.Kind.SAVE, store, path) as a:
+        data = write_data(store, path, tensors, attempt=a.id, options=options)
+        return a.finish(_parts(tensors, data, a.id, tree, graph, metadata, options))
 
 
 def stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
@@ -362,17 +357,14 @@ class StagedSave(StagedWrite):
     def _begin(self, attempt: str | None) -> str:
         """A new attempt, its marker made before any data (ended by ``_end``)."""
         _prepare_dir(self.store, self.path)
-        attempt = naming.new_attempt_id()
-        attempts.begin(self.store, self.path, attempt)
-        return attempt
+        self._attempt = commits.Attempt.begin(commits.Kind.SAVE, self.store, self.path)
+        return self._attempt.id
 
     def _end(self) -> None:
-        attempts.end(self.store, self.path, self.attempt)
+        self._attempt.end()
 
     def finish(self) -> Manifest:
-        try:
+        with self._attempt:
             data = self.written()
-            return _finish(self.store, self.path, self.tensors, data, self.attempt, self.tree,
-                           self.graph, self.metadata, self.options)
-        finally:
-            self._end()
+            return self._attempt.finish(_parts(self.tensors, data, self.attempt, self.tree,
+                                               self.graph, self.metadata, self.options))

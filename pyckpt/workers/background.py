@@ -114,7 +114,7 @@ def prepare(comm: Communicator, store: Store, path: str,
     return BackgroundSave(store, path, p.gp, comm.rank, comm.world_size, p.mine,
                           comm.timeout if timeout is None else float(timeout), options,
                           tplans=p.tplans, expected=expected, tree=tree, graph=graph,
-                          metadata=p.metadata, reuse=p.reuse)
+                          metadata=p.metadata, reuse=p.reuse, attempt=p.attempt)
 
 
 class BackgroundSave:
@@ -125,9 +125,11 @@ class BackgroundSave:
     def __init__(self, store: Store, path: str, gp: GlobalPlan, rank: int, world: int,
                  mine: list[PreparedTensor], timeout: float, options: IOOptions, *,
                  tplans: list[TensorPlan], expected: list[np.ndarray] | None, tree: Any,
-                 graph: dict | None, metadata: dict | None, reuse: Any = None) -> None:
+                 graph: dict | None, metadata: dict | None, reuse: Any = None,
+                 attempt: commit.Attempt | None = None) -> None:
         self.store, self.path, self.rank, self.world = store, path, rank, world
         self.attempt = gp.attempt
+        self._attempt = attempt  # rank 0's: the attempt it began (save.plan_save)
         self.timeout = timeout
         self._gp, self._mine, self._options = gp, mine, options
         self._tplans, self._expected = tplans, expected
@@ -163,6 +165,7 @@ class BackgroundSave:
 
     # -- rank 0 ---------------------------------------------------------------------------
     def _coordinate(self, own_result: WriteResult, own: BaseException | None) -> None:
+        assert self._attempt is not None  # rank 0's
         try:
             if own is not None:
                 raise self._failed(f"rank 0: {own_result.error}") from own
@@ -171,7 +174,7 @@ class BackgroundSave:
                                  self._tree, self._graph, self._metadata, self.attempt,
                                  self.world, self._reuse).build()
             try:  # an index that landed though its answer was lost counts as committed
-                commit.finish(commit.Kind.WORKERS, self.store, self.path, manifest)
+                self._attempt.finish(manifest)
             except BaseException as e:
                 raise self._failed(f"rank 0 (commit): {type(e).__name__}: {e}") from e
         except BaseException as e:
@@ -182,7 +185,7 @@ class BackgroundSave:
                 pass
             raise
         finally:
-            attempts.end(self.store, self.path, self.attempt)
+            self._attempt.end()
         try:  # nobody needs the parts any more
             self.store.remove(self.path, (self._join(part_name(self.attempt, r))
                                           for r in range(self.world)))

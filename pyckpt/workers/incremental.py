@@ -27,7 +27,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..engine import attempts
 from ..engine.fingerprints import block_hashes
 from ..engine.incremental import Base, Matcher, damaged, plan_mode, usable_files
 from ..engine.writer import PreparedTensor
@@ -85,7 +84,7 @@ def decide(comm: Communicator, store: Store, path: str, gp: GlobalPlan,
     """Steps 3b-3c on every worker (module doc): the plan of what each worker still
     writes, and on rank 0 the ``Reuse`` the index is assembled with. Raises
     ValueError on every worker when a worker could not fingerprint its blocks (rank
-    0 ends the attempt it marked in step 3)."""
+    0's ``save.plan_save`` then ends the attempt it began in step 3)."""
     rank, world = comm.rank, comm.world_size
     mine = [prepared[int(i)] for i in gp.writes[rank]]
     try:
@@ -121,8 +120,6 @@ def decide(comm: Communicator, store: Store, path: str, gp: GlobalPlan,
             decision = [np.asarray([i for i in gp.writes[r] if (r, int(i)) not in found],
                                    dtype=np.int64) for r in range(world)]
     decision = comm.broadcast(decision)
-    if isinstance(decision, str):
-        if rank == 0:
-            attempts.end(store, path, gp.attempt)
+    if isinstance(decision, str):  # (rank 0's plan_save ends the attempt)
         raise ValueError(f"incremental save of {store.url(path)} refused: {decision}")
     return dataclasses.replace(gp, writes=tuple(decision)), reuse

@@ -13,7 +13,7 @@ The steps (docs/PROTOCOL.md section 8), driven by the framework's own calls:
     commit routine, and ends the attempt.
 
 A worker's failure deletes its own files; the framework then never calls step 3,
-and the attempt's marker ends with ``end`` (the writer object's finalizer), so
+and the attempt's marker ends with its ``end()`` (the writer object's finalizer), so
 the next commit at that path sweeps the other workers' files as orphans.
 """
 
@@ -28,7 +28,8 @@ from .._dtypes import dtype_name, little_endian
 from ..device.array import DeviceArray
 from ..device.buffers import lease_shared
 from ..device.staging import has_device_values, stage_values
-from ..engine import attempts, commit, naming, writer
+from ..engine import commit, writer
+from ..engine.commit import Attempt
 from ..engine.options import DEFAULT, IOOptions
 from ..engine.writer import PreparedTensor, info
 from ..format.manifest import FileEntry
@@ -36,7 +37,7 @@ from ..sharded.boxes import check_partition
 from ..storage import Store
 from ..tree import validate_keys
 
-__all__ = ["StoredBlock", "PlannedTensor", "begin", "end", "write_blocks", "commit_blocks"]
+__all__ = ["StoredBlock", "PlannedTensor", "Attempt", "begin", "write_blocks", "commit_blocks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,17 +63,11 @@ class PlannedTensor:
     blocks: list[StoredBlock]
 
 
-def begin(store: Store, path: str) -> str:
-    """Step 1: a new attempt at ``path``, marked live before any data is written."""
-    attempt = naming.new_attempt_id()
-    store.makedirs(path)
-    attempts.begin(store, path, attempt)
-    return attempt
-
-
-def end(store: Store, path: str, attempt: str) -> None:
-    """Ends ``attempt``'s marker (after its commit, or when it was given up)."""
-    attempts.end(store, path, attempt)
+def begin(store: Store, path: str) -> Attempt:
+    """Step 1: a new attempt at ``path`` (a WORKERS commit's: the coordinator's), marked
+    live before any data is written; every worker writes under its ``id``. Its marker
+    ends at its commit (``commit_blocks``) or at its ``end()`` (a save given up)."""
+    return commit.Attempt.begin(commit.Kind.WORKERS, store, path)
 
 
 def write_blocks(store: Store, path: str, attempt: str, rank: int,
@@ -153,7 +148,8 @@ def _check(t: PlannedTensor) -> None:
                          f"({problem})")
 
 
-def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[PlannedTensor], *,
+def commit_blocks(store: Store, path: str, attempt: Attempt,
+                  tensors: Sequence[PlannedTensor], *,
                   world_size: int, tree: Any = None, extra_info: dict | None = None,
                   options: IOOptions = DEFAULT) -> None:
     """Step 3 (coordinator): validates the blocks, commits the index, ends the attempt.
@@ -185,7 +181,7 @@ def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[Plann
         if extra_info and "attempt" in extra_info:
             raise ValueError("extra_info may not set 'attempt': the commit takes it from "
                              "the save's own attempt")
-        doc = info(attempt, world_size)
+        doc = info(attempt.id, world_size)
         doc.update(extra_info or {})
         parts = commit.ManifestParts(
             chunk_size=options.chunk_size, files=entries,
@@ -197,6 +193,6 @@ def commit_blocks(store: Store, path: str, attempt: str, tensors: Sequence[Plann
             nblocks=np.asarray([len(t.blocks) for t in tensors], np.int64),
             box=boxes if any(b is not None for b in boxes) else None,
             tree=tree, info=doc)
-        commit.finish(commit.Kind.WORKERS, store, path, parts)
+        attempt.finish(parts)
     finally:
-        end(store, path, attempt)
+        attempt.end()

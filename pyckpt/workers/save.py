@@ -31,7 +31,7 @@ import numpy as np
 
 from .._dtypes import dtype_name, little_endian
 from .._native import core as _core
-from ..engine import attempts, commit, naming
+from ..engine import commit
 from ..engine.options import DEFAULT
 from ..engine import writer
 from ..engine.incremental import Base, record, reference
@@ -206,14 +206,16 @@ def _assemble(tplans: list[TensorPlan], gp: GlobalPlan, results: list[WriteResul
 @dataclasses.dataclass
 class Planned:
     """Steps 1-3 on one worker: the decision (``gp``), what this worker writes, and on
-    rank 0 the tensors' plans, every worker's local plan and, for an incremental save,
-    its ``Reuse``."""
+    rank 0 the tensors' plans, every worker's local plan, for an incremental save its
+    ``Reuse``, and the save's attempt (``gp.attempt`` is its id: the other workers
+    write under it and leave its marker to rank 0)."""
     gp: GlobalPlan
     mine: list[PreparedTensor]
     tplans: list[TensorPlan]
     plans: list[LocalPlan] | None
     metadata: dict | None
     reuse: Reuse | None = None
+    attempt: commit.Attempt | None = None
 
 
 def refused_plan(rank: int, error: str) -> LocalPlan:
@@ -228,7 +230,8 @@ def plan_save(comm: Communicator, store: Store, path: str,
     """Steps 1-3, on every worker of ``comm`` at the same point. ``items()`` returns this
     worker's (key, value) pairs (an async save copies its values aside in it); its error,
     like any local planning error, refuses the save on every worker: ValueError, nothing
-    written. Rank 0 marks the attempt in ``store``/``path`` (ended by its step 6).
+    written. Rank 0 begins the attempt in ``store``/``path`` (``Planned.attempt``,
+    ended by its step 6, or here when the save is refused or a collective fails).
     ``incremental``: steps 3b-3c decide what is referenced in ``base`` (rank 0's;
     workers/incremental.py)."""
     rank, world = comm.rank, comm.world_size
@@ -239,24 +242,31 @@ def plan_save(comm: Communicator, store: Store, path: str,
         plan, prepared = refused_plan(rank, f"{type(e).__name__}: {e}"), []
     plans = comm.gather(plan)                                               # step 2
     tplans: list[TensorPlan] = []
-    gp = None
+    gp, attempt = None, None
     if rank == 0:                                                           # step 3
         assert plans is not None  # gathered on rank 0
-        gp, tplans = plan_global(plans, naming.new_attempt_id())
+        gp, tplans = plan_global(plans, "")
         if not gp.error:
-            try:  # the attempt's marker, ended by rank 0 in step 6
-                attempts.begin(store, path, gp.attempt)
+            try:  # the attempt and its marker, ended by rank 0 in step 6
+                attempt = commit.Attempt.begin(commit.Kind.WORKERS, store, path)
+                gp = dataclasses.replace(gp, attempt=attempt.id)
             except Exception as e:  # noqa: BLE001 - refuses the save on every worker
                 gp = dataclasses.replace(gp, error=f"cannot start the save: "
                                                    f"{type(e).__name__}: {e}")
-    gp = comm.broadcast(gp)
-    assert gp is not None
-    if gp.error:
-        raise ValueError(f"distributed save of {store.url(path)} refused: {gp.error}")
-    reuse = None
-    if incremental:
-        gp, reuse = decide(comm, store, path, gp, prepared, tplans, base, options)
-    return Planned(gp, [prepared[i] for i in gp.writes[rank]], tplans, plans, metadata, reuse)
+    try:
+        gp = comm.broadcast(gp)
+        assert gp is not None
+        if gp.error:
+            raise ValueError(f"distributed save of {store.url(path)} refused: {gp.error}")
+        reuse = None
+        if incremental:
+            gp, reuse = decide(comm, store, path, gp, prepared, tplans, base, options)
+    except BaseException:
+        if attempt is not None:  # nothing of it is written: it gives up
+            attempt.end()
+        raise
+    return Planned(gp, [prepared[i] for i in gp.writes[rank]], tplans, plans, metadata, reuse,
+                   attempt)
 
 
 def write_part(store: Store, path: str, mine: Sequence[PreparedTensor], attempt: str,
@@ -291,7 +301,8 @@ def commit_node_local(comm: Communicator, store: Store, path: str, p: Planned,
                                      p.metadata, p.gp.attempt, world).build()
             except BaseException as e:  # noqa: BLE001 - raised on every worker
                 error = f"rank 0 (assembling the index): {type(e).__name__}: {e}"
-        attempts.end(store, path, p.gp.attempt)
+        assert p.attempt is not None
+        p.attempt.end()  # its index is built: every node commits it as its RECORD
     node_local_commit(comm, store, path, result, manifest, error, replicate)
 
 
@@ -350,22 +361,23 @@ def distributed_save(comm: Communicator, store: Store, path: str, items: Sequenc
     results = comm.gather(result)                                           # step 5
     outcome: tuple[str, str | None] = ("ok", None)
     if rank == 0:                                                           # step 6
-        assert results is not None  # gathered on rank 0
-        failed = [r for r in results if r.error]
-        if failed:
-            outcome = ("error", "\n".join(f"rank {r.rank}: {r.error}" for r in failed))
-            try:  # best effort: a later save's orphan sweep removes what is left
-                store.remove(path, (store.join(path, f.name) for r in results for f in r.files))
-            except OSError:
-                pass
-        else:
-            try:
-                parts = _assemble(p.tplans, p.gp, results, options.chunk_size, tree, graph,
-                                  p.metadata, p.gp.attempt, comm.world_size, p.reuse)
-                commit.finish(commit.Kind.WORKERS, store, path, parts)
-            except BaseException as e:
-                outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
-        attempts.end(store, path, p.gp.attempt)
+        assert results is not None and p.attempt is not None  # rank 0's
+        with p.attempt:
+            failed = [r for r in results if r.error]
+            if failed:
+                outcome = ("error", "\n".join(f"rank {r.rank}: {r.error}" for r in failed))
+                try:  # best effort: a later save's orphan sweep removes what is left
+                    store.remove(path, (store.join(path, f.name) for r in results
+                                        for f in r.files))
+                except OSError:
+                    pass
+            else:
+                try:
+                    p.attempt.finish(_assemble(p.tplans, p.gp, results, options.chunk_size,
+                                               tree, graph, p.metadata, p.gp.attempt,
+                                               comm.world_size, p.reuse))
+                except BaseException as e:
+                    outcome = ("error", f"rank 0 (commit): {type(e).__name__}: {e}")
     outcome = comm.broadcast(outcome)
     if outcome[0] != "ok":                                                  # step 7
         raise DistributedSaveError(f"distributed save of {url} failed; nothing was "
