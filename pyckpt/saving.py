@@ -13,6 +13,14 @@ aside (``stage``) and returns a ``PendingSave`` whose thread writes and commits.
 ``run(plan, blocking=...)`` is a numbered save's choice between the two (a
 manager's). ``numbered`` bumps a save counter and gives the number back if the save
 fails.
+
+Copies of a committed checkpoint are written here too (a tier's persist): a
+``CopyPlan`` names the source and the destination; ``copy(plan)`` copies and commits
+it whole (engine/copy.py), ``upload(plan, rank, window)`` copies one worker's data
+files and ``commit_upload(plan)`` commits them once every worker's are there (a
+multi-worker persist). ``from_peers`` picks the node-local checkpoint the nodes can
+restore together from their copies, and its ``fetch`` sends each node the files it
+lacks and commits the index where it was missing (workers/node_local.py).
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ from .device.array import DeviceArray
 from .device.buffers import StagingBuffers, check_budget, lease_shared
 from .device.staging import has_device_values, stage_values
 from .engine.options import DEFAULT
-from .workers import background
+from .workers import background, node_local
 from .workers.save import NodeLocalSave, distributed_save, plan_save
+from .engine.copy import commit_copied, copy_checkpoint, copy_files
 from .engine.incremental import Base, base_at, save_incremental
 from .engine.writer import StagedSave, save_tensors, stages_natively
 from .sharded import ShardedArray
@@ -44,7 +53,8 @@ from .storage import Store, resolve
 from .variables import Variable
 
 __all__ = ["Item", "Route", "SavePlan", "PendingSave", "Background", "Base", "base_at",
-           "write", "stage", "start", "run", "numbered"]
+           "write", "stage", "start", "run", "numbered", "CopyPlan", "copy", "upload",
+           "commit_upload", "FromPeers", "from_peers"]
 
 
 class Item:
@@ -567,3 +577,90 @@ def numbered(counter: Variable) -> Iterator[int]:
     except BaseException:
         counter.assign_sub(1)
         raise
+
+
+# -- copies of a committed checkpoint: a tier's persist ------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CopyPlan:
+    """A committed checkpoint to copy to another place (a tier's persist).
+
+    - ``source``, ``source_path``, ``source_options``: the committed checkpoint (its
+      store, its path there and the options it is read with);
+    - ``store``, ``path``, ``options``: the destination checkpoint directory;
+    - ``progress``: called between the copy's windows (``copy``: with the bytes done
+      and the total; ``upload``: with the bytes of the window), where a persist yields
+      to the saves running meanwhile;
+    - ``base``: a checkpoint beside the destination (``base_at``) whose data the copy
+      references instead of copying it (an incremental run's persist); None: the copy
+      holds all its data.
+
+    A copy takes no turn (ordering.py): a persist writes a checkpoint directory of the
+    durable tier, which only its keeper writes to, under its writer lease."""
+
+    source: Store
+    source_path: str
+    source_options: dict | None
+    store: Store
+    path: str
+    options: dict | None
+    progress: Callable[..., Any] | None = None
+    base: Base | None = None
+
+
+def copy(plan: CopyPlan) -> str:
+    """Copies the plan's source to its destination, every chunk verified, under a new
+    attempt id, and commits the copy last (engine/copy.py: ``copy_checkpoint``);
+    returns the copy's URL."""
+    return copy_checkpoint(plan.source.url(plan.source_path), plan.store.url(plan.path),
+                           src_options=plan.source_options, dst_options=plan.options,
+                           progress=plan.progress, base=plan.base)
+
+
+def upload(plan: CopyPlan, rank: int, window: int) -> None:
+    """Copies the data files of the plan's source that worker ``rank`` wrote (by their
+    names) into the destination under the same names, every chunk verified,
+    ``window`` bytes at a time (``plan.progress`` called after each); commits nothing:
+    ``commit_upload`` does, once every worker's upload is done."""
+    copy_files(plan.source.url(plan.source_path), plan.source_options, plan.store, plan.path,
+               lambda file: node_local.writer_rank(file) == rank, plan.progress, window=window)
+
+
+def commit_upload(plan: CopyPlan) -> None:
+    """Commits at the destination the index of the plan's source, whose data files the
+    workers uploaded there (``upload``); CheckpointError when the source's index is
+    gone or references other checkpoints' files."""
+    commit_copied(plan.source, plan.source_path, plan.store, plan.path)
+
+
+@dataclasses.dataclass(frozen=True)
+class FromPeers:
+    """The checkpoint of a node-local run directory that the nodes can restore together
+    from their copies (``name``; None: none can), and what every node holds of the
+    directory's checkpoints (``inventories``, by rank)."""
+
+    comm: Communicator
+    store: Store
+    directory: str
+    name: str | None
+    inventories: list[dict[str, Any]]
+
+    def fetch(self) -> int:
+        """Collective: sends every node the files of ``name`` it lacks, from the nodes
+        holding them, and commits its index on the nodes that had none; returns the
+        bytes this worker received."""
+        assert self.name is not None, "no checkpoint to fetch"
+        return node_local.fetch_missing(self.comm, self.store,
+                                        self.store.join(self.directory, self.name), self.name,
+                                        self.inventories)
+
+
+def from_peers(comm: Communicator, store: Store, directory: str, names: Sequence[str],
+               step_of: Callable[[str], int]) -> FromPeers:
+    """Collective: the workers tell each other which of their committed checkpoints
+    ``names`` (of ``directory``) they hold; the newest (by ``step_of``) whose index
+    every holder has from the same attempt of this job's size, and each of whose data
+    files some node holds whole, is the one to restore (``FromPeers.name``)."""
+    invs = comm.all_gather(node_local.inventory(store, directory, names))
+    order = sorted({n for inv in invs for n in inv}, key=lambda n: -step_of(n))
+    return FromPeers(comm, store, directory,
+                     node_local.restore_plan(invs, order, comm.world_size), invs)

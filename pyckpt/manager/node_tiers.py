@@ -4,26 +4,25 @@ tier is shared.
 
 - **Save.** Every worker saves its part into its own local directory and commits
   the same index there, after keeping the replicas of ``replicate`` other workers'
-  parts (``workers/node_local.py``); each worker's local manager keeps its own state
-  file and retention. ``blocking=False``: the local manager runs all of that after
+  parts (``saving``'s node-local route); each worker's local manager keeps its own
+  state file and retention. ``blocking=False``: the local manager runs all of that after
   staging, in the background (its ``PendingSave``), on a background communicator.
 - **Persist.** When due (rank 0 decides, for all), each worker uploads (once its
   local save committed) the files it wrote itself from its local directory to the
   durable checkpoint directory, in a background job (``jobs.py``), verifying every
-  chunk, under the same names. No collective runs in the background, and the
-  upload pauses while a save runs:
-  the next save (or ``wait_until_finished``,
-  ``close``) all-gathers the workers' upload status; once every upload is done
-  rank 0 commits the index in the durable tier and records it (a failed upload is
-  reported there, as a background error, and its files removed). A save never
-  waits for an upload.
+  chunk, under the same names (``saving.upload``). No collective runs in the
+  background, and the upload pauses while a save runs: the next save (or
+  ``wait_until_finished``, ``close``) all-gathers the workers' upload status; once
+  every upload is done rank 0 commits the index in the durable tier
+  (``saving.commit_upload``) and records it (a failed upload is reported there, as a
+  background error, and its files removed). A save never waits for an upload.
 - **Restore.** Collective: the workers all-gather what their local tiers hold;
   the newest checkpoint whose files some node still holds (own part or replica)
   wins if it is at least as new as the durable tier's; every node receives the
-  files it lacks (every worker reads every part: the object graph reads a
-  PerWorker value's rows whole) and restores from its local copy, every chunk
-  read checked. If any worker fails that, all
-  restore from the durable tier instead (which assigns every value again).
+  files it lacks (``saving.from_peers``; every worker reads every part: the object
+  graph reads a PerWorker value's rows whole) and restores from its local copy,
+  every chunk read checked. If any worker fails that, all restore from the durable
+  tier instead (which assigns every value again).
 """
 
 from __future__ import annotations
@@ -31,10 +30,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .. import jobs
-from ..engine.copy import commit_copied, copy_files
+from .. import jobs, saving
 from ..errors import CheckpointError, add_note
-from ..workers import node_local
 from ..workers.comm import Communicator, comm_scope
 from .keeper import RunKeeper
 from .tiers import Tiers
@@ -91,11 +88,7 @@ class NodeTiers(Tiers):
                     self._upload_error = SKIPPED
                     return
                 self._inflight = (name, entry.step, entry.metrics)
-                d = self.durable
-                copy_files(self.local.url(name), self.local.storage_options, d.store,
-                           d.store.join(d.path, name),
-                           lambda file: node_local.writer_rank(file) == rank,
-                           self.yield_to_saves, window=PERSIST_WINDOW)
+                saving.upload(self._copy_plan(name), rank, PERSIST_WINDOW)
             except BaseException as e:  # noqa: BLE001 - reported at the next settle
                 self._upload_error = f"{type(e).__name__}: {e}"
 
@@ -146,17 +139,27 @@ class NodeTiers(Tiers):
         """Rank 0: commits the uploaded checkpoint (the index of its local copy) in the
         durable tier and records it; on any failure removes what was uploaded. Returns
         the error text, or None."""
-        d, local = self.durable, self.local
+        d = self.durable
         if failed:
             d.remove_uncommitted(name)
             return "\n".join(failed)
         try:
-            d.adopt(name, number, metrics, lambda path: commit_copied(
-                local.store, local.store.join(local.path, name), d.store, path), uploaded=True)
+            d.adopt(name, number, metrics,
+                    lambda path: saving.commit_upload(self._copy_plan(name, path)),
+                    uploaded=True)
             return None
         except BaseException as e:  # noqa: BLE001 - reported to every worker
             d.remove_uncommitted(name)
             return f"rank 0 (commit): {type(e).__name__}: {e}"
+
+    def _copy_plan(self, name: str, path: str | None = None) -> saving.CopyPlan:
+        """The copy of the local checkpoint ``name`` to the durable tier's ``path``
+        (default: ``<durable>/<name>``), yielding to saves between its windows."""
+        local, d = self.local, self.durable
+        return saving.CopyPlan(local.store, local.store.join(local.path, name),
+                               local.storage_options, d.store,
+                               d.store.join(d.path, name) if path is None else path,
+                               d.storage_options, progress=self.yield_to_saves)
 
     def flush(self) -> None:
         """Collective: waits for the persist in flight and commits it; then persists the
@@ -181,17 +184,14 @@ class NodeTiers(Tiers):
         comm, local = self.comm, self.local
         local.wait_until_finished()
         local.reload()
-        invs = comm.all_gather(node_local.inventory(local.store, local.path,
-                                                    [e.name for e in local.entries()]))
-        order = sorted({n for inv in invs for n in inv}, key=lambda n: -local.step_of(n))
-        chosen = node_local.restore_plan(invs, order, comm.world_size)
+        peers = saving.from_peers(comm, local.store, local.path,
+                                  [e.name for e in local.entries()], local.step_of)
+        chosen = peers.name
         durable = sorted(self.durable.entries(), key=lambda e: -e.step)
         errors: list[str] = []
         if chosen is not None and local.step_of(chosen) >= (durable[0].step if durable else -1):
-            def fetch() -> None:  # the files this node lacks, from the nodes holding them
-                node_local.fetch_missing(comm, local.store, local.store.join(local.path, chosen),
-                                         chosen, invs)
-            if self._restore_together(checkpoint, local, chosen, errors, fetch):
+            # fetch: the files this node lacks, from the nodes holding them
+            if self._restore_together(checkpoint, local, chosen, errors, peers.fetch):
                 local.reload()
                 return local.url(chosen)
             warnings.warn(f"cannot restore {chosen} from the local tiers ({'; '.join(errors)}); "

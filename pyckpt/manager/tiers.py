@@ -12,8 +12,8 @@ Persist sequence (one background job, ``jobs.py``, at most one persist in flight
     manager save); if the cadence says it is due and no persist is running, the
     checkpoint is *pinned* (local retention skips it) and the persist starts;
  2. the job waits for the local commit (an async local save), then copies the
-    committed local checkpoint to ``<durable>/<name>-<N>`` through
-    ``engine/copy.py``: read back from the local files with every chunk verified,
+    committed local checkpoint to ``<durable>/<name>-<N>`` through ``saving.copy``
+    (a ``saving.CopyPlan``): read back from the local files with every chunk verified,
     written under a new attempt id, index last (the store's commit protocol);
  3. the durable manager records it and applies its own retention;
  4. the pin is released. An error is kept and raised by the next ``save``,
@@ -22,7 +22,7 @@ A persist never blocks the caller: when the next one is due while one is still
 running, it is deferred to the first save after that one ends, or to
 ``wait_until_finished``/``close``, which persist the newest local checkpoint then.
 It yields to saves: while a local save runs (``saving``), the copy pauses between
-its windows (``engine/copy.py``), so that the training loop's stall is the local
+its windows (``CopyPlan.progress``), so that the training loop's stall is the local
 save's alone and the upload uses the time between saves.
 """
 
@@ -34,24 +34,22 @@ import time
 import warnings
 from typing import Any, Callable, Iterator
 
-from .. import jobs
+from .. import jobs, saving
 from ..checkpoint_reader import load_checkpoint
-from ..engine.copy import copy_checkpoint
 from ..errors import CheckpointError, CorruptCheckpointError, add_note
 from .keeper import RunKeeper
 
 class Tiers:
     """The local and the durable keeper of one tiered ``CheckpointManager``, and
     the background persist between them (see the module doc). It answers the calls
-    of a ``CheckpointManager`` as one keeper does."""
+    of a ``CheckpointManager`` as one keeper does. ``persist_every`` and
+    ``persist_interval_seconds``: the cadence, as the manager's ``LocalTierOptions``
+    holds it (checked there, once: tiers are built from it only); neither: every
+    save is persisted."""
 
     def __init__(self, local: RunKeeper, durable: RunKeeper,
                  persist_every: int | None, persist_interval_seconds: float | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if persist_every is not None and persist_every < 1:
-            raise ValueError("persist_every must be None or at least 1")
-        if persist_interval_seconds is not None and persist_interval_seconds < 0:
-            raise ValueError("persist_interval_seconds must be None or at least 0")
         if persist_every is None and persist_interval_seconds is None:
             persist_every = 1
         self.local = local
@@ -140,9 +138,10 @@ class Tiers:
         d.check_not_held(name)
         # incremental runs: the durable tier references what its newest checkpoint holds
         base = d.base_for(name) if d.incremental else None
-        d.adopt(name, entry.step, entry.metrics, lambda path: copy_checkpoint(
-            self.local.url(name), d.store.url(path), dst_options=d.storage_options,
-            progress=self.yield_to_saves, base=base))
+        local = self.local
+        d.adopt(name, entry.step, entry.metrics, lambda path: saving.copy(saving.CopyPlan(
+            local.store, local.store.join(local.path, name), local.storage_options,
+            d.store, path, d.storage_options, progress=self.yield_to_saves, base=base)))
 
     def flush(self) -> None:
         """Waits for the persist in flight; then persists the newest local checkpoint

@@ -14,6 +14,7 @@ import numpy as np
 
 import pyckpt
 from pyckpt import jobs
+from pyckpt import saving  # a tier persists through saving.copy: its copy_checkpoint
 from pyckpt.manager import tiers as tiers_module
 
 WAIT = 60
@@ -38,14 +39,14 @@ def test_the_manager_starts_no_thread_of_its_own():
 
 def test_a_persist_in_flight_is_a_job_that_drain_waits_for(tmp_path, monkeypatch):
     gate, entered = threading.Event(), threading.Event()
-    real = tiers_module.copy_checkpoint
+    real = saving.copy_checkpoint
 
     def held_copy(*args, **kwargs):
         entered.set()
         assert gate.wait(WAIT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tiers_module, "copy_checkpoint", held_copy)
+    monkeypatch.setattr(saving, "copy_checkpoint", held_copy)
     url = f"memory://pyckpt-persist-jobs/{uuid.uuid4().hex[:12]}"
     m = pyckpt.CheckpointManager(_ck(), url, local_dir=tmp_path / "local", persist_every=1)
     try:
@@ -68,14 +69,14 @@ CHILD = textwrap.dedent("""
     import sys, threading
     import numpy as np
     import pyckpt
-    from pyckpt.manager import tiers
-    real = tiers.copy_checkpoint
+    from pyckpt import saving
+    real = saving.copy_checkpoint
 
     def copy_after_exit(*args, **kwargs):  # the persist runs on after the main thread ended
         threading.main_thread().join()
         return real(*args, **kwargs)
 
-    tiers.copy_checkpoint = copy_after_exit
+    saving.copy_checkpoint = copy_after_exit
     m = pyckpt.CheckpointManager(pyckpt.Checkpoint(a=pyckpt.Variable(np.arange(5000.0))),
                                  sys.argv[1], local_dir=sys.argv[2], persist_every=1)
     print(m.save(blocking=False), flush=True)

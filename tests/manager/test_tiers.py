@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pyckpt
-from pyckpt.manager import tiers as manager_module
+from pyckpt import saving  # a tier persists through saving.copy: its copy_checkpoint
 from pyckpt.testing.crash import run_and_kill
 
 
@@ -107,14 +107,14 @@ def test_options_checked(tmp_path, mem_url):
 def test_checkpoint_being_persisted_is_not_deleted(tmp_path, mem_url, monkeypatch):
     gate = threading.Event()
     entered = threading.Event()
-    real = manager_module.copy_checkpoint
+    real = saving.copy_checkpoint
 
     def slow_copy(*args, **kwargs):
         entered.set()
         assert gate.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(manager_module, "copy_checkpoint", slow_copy)
+    monkeypatch.setattr(saving, "copy_checkpoint", slow_copy)
     ck = _ck()
     local = tmp_path / "local"
     m = pyckpt.CheckpointManager(ck, mem_url, local_dir=local, persist_every=1,
@@ -209,7 +209,7 @@ def test_restore_from_nothing_initializes(tmp_path, mem_url):
 
 def test_server_lost_during_upload(tmp_path, seaweed, monkeypatch):
     url, options = _s3(seaweed)
-    real = manager_module.copy_checkpoint
+    real = saving.copy_checkpoint
     killed = []
 
     def copy_and_crash_the_server(src, dst, progress=None, **kwargs):
@@ -221,7 +221,7 @@ def test_server_lost_during_upload(tmp_path, seaweed, monkeypatch):
                 progress(done, total)
         return real(src, dst, progress=crash, **kwargs)
 
-    monkeypatch.setattr(manager_module, "copy_checkpoint", copy_and_crash_the_server)
+    monkeypatch.setattr(saving, "copy_checkpoint", copy_and_crash_the_server)
     ck = _ck(300_000)
     local = tmp_path / "local"
     m = pyckpt.CheckpointManager(ck, url, storage_options=options, local_dir=local,
@@ -236,7 +236,7 @@ def test_server_lost_during_upload(tmp_path, seaweed, monkeypatch):
         assert "persisting" in "\n".join(getattr(info.value, "__notes__", []))
     finally:
         seaweed.start()
-    monkeypatch.setattr(manager_module, "copy_checkpoint", real)
+    monkeypatch.setattr(saving, "copy_checkpoint", real)
     assert pyckpt.latest_checkpoint(url, storage_options=options) is None  # nothing committed
     _set(ck, 3)
     m.save()  # the failed persist is due again: this checkpoint is persisted
@@ -251,13 +251,13 @@ def test_server_lost_during_upload(tmp_path, seaweed, monkeypatch):
 
 def test_close_persists_a_deferred_checkpoint(tmp_path, mem_url, monkeypatch):
     gate = threading.Event()
-    real = manager_module.copy_checkpoint
+    real = saving.copy_checkpoint
 
     def slow_copy(*args, **kwargs):
         assert gate.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(manager_module, "copy_checkpoint", slow_copy)
+    monkeypatch.setattr(saving, "copy_checkpoint", slow_copy)
     ck = _ck()
     m = pyckpt.CheckpointManager(ck, mem_url, local_dir=tmp_path / "local", persist_every=2)
     for step in range(1, 5):  # ckpt-2 persists slowly; ckpt-4's persist is deferred
@@ -323,7 +323,7 @@ def test_sigkill_during_tiered_saves(tmp_path):
 
 
 def test_persist_error_surfaces_at_the_next_save(tmp_path, mem_url, monkeypatch):
-    real = manager_module.copy_checkpoint
+    real = saving.copy_checkpoint
     calls = []
 
     def failing_copy(*args, **kwargs):
@@ -332,7 +332,7 @@ def test_persist_error_surfaces_at_the_next_save(tmp_path, mem_url, monkeypatch)
             raise ConnectionError("durable store unreachable")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(manager_module, "copy_checkpoint", failing_copy)
+    monkeypatch.setattr(saving, "copy_checkpoint", failing_copy)
     ck = _ck()
     m = pyckpt.CheckpointManager(ck, mem_url, local_dir=tmp_path / "local", persist_every=3)
     _set(ck, 1)
