@@ -178,14 +178,15 @@ def info(attempt: str, world_size: int = 1) -> dict:
             "created": time.time(), "world_size": world_size}
 
 
-def _parts(tensors: list[PreparedTensor], data: WrittenData, attempt: str, tree: Any,
-           graph: dict | None, metadata: dict, options: IOOptions) -> commits.ManifestParts:
-    """The index of written data (committed by steps 4-5 of the save: a SAVE commit)."""
-    return commits.ManifestParts(
+def _finish(attempt: commits.Attempt, tensors: list[PreparedTensor], data: WrittenData,
+            tree: Any, graph: dict | None, metadata: dict, options: IOOptions) -> Manifest:
+    """Commits the manifest of written data as ``attempt`` (steps 4-5 of the save: a
+    SAVE commit; the attempt's marker ends with it)."""
+    return attempt.finish(commits.ManifestParts(
         chunk_size=options.chunk_size, files=data.files, keys=[t.key for t in tensors],
         dtype_names=[t.dtype_name for t in tensors], shapes=[t.array.shape for t in tensors],
         file=data.file, offset=data.offset, nbytes=data.nbytes, crcs=data.crcs,
-        tree=tree, metadata=metadata, graph=graph, info=info(attempt))
+        tree=tree, metadata=metadata, graph=graph, info=info(attempt.id)))
 
 
 def _prepare_dir(store: Store, path: str) -> None:
@@ -204,7 +205,7 @@ def save_tensors(store: Store, path: str, items: Sequence[tuple[str, Any]], *,
     _prepare_dir(store, path)
     with commits.Attempt.begin(commits.Kind.SAVE, store, path) as a:
         data = write_data(store, path, tensors, attempt=a.id, options=options)
-        return a.finish(_parts(tensors, data, a.id, tree, graph, metadata, options))
+        return _finish(a, tensors, data, tree, graph, metadata, options)
 
 
 def stages_natively(store: Store, path: str, live: Sequence[Any]) -> bool:
@@ -366,5 +367,5 @@ class StagedSave(StagedWrite):
     def finish(self) -> Manifest:
         with self._attempt:
             data = self.written()
-            return self._attempt.finish(_parts(self.tensors, data, self.attempt, self.tree,
-                                               self.graph, self.metadata, self.options))
+            return _finish(self._attempt, self.tensors, data, self.tree, self.graph,
+                           self.metadata, self.options)
