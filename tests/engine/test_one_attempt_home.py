@@ -21,10 +21,11 @@ import pytest
 import pyckpt
 from pyckpt.engine import attempts, commit, copy as copies, incremental, writer
 from pyckpt.engine.commit import Attempt, Kind
-from pyckpt.errors import CheckpointError
+from pyckpt.errors import CheckpointError, WorkerTimeoutError
 from pyckpt.format import INDEX_NAME
 from pyckpt.storage.local import LocalStore
-from pyckpt.testing.thread_comm import ThreadGroup
+from pyckpt.testing.thread_comm import ThreadComm, ThreadGroup
+from pyckpt.workers import incremental as winc
 from pyckpt.workers.save import distributed_save
 
 ROOT = pathlib.Path(pyckpt.__file__).parent
@@ -237,7 +238,6 @@ def test_a_multi_worker_save_leaves_the_marker_to_rank_0(tmp_path, monkeypatch):
 
 def test_a_refused_incremental_multi_worker_save_ends_its_attempt(tmp_path, monkeypatch):
     path = str(tmp_path / "ck")
-    import pyckpt.workers.incremental as winc
 
     def broken(*a, **k):
         raise OSError("cannot fingerprint")
@@ -252,3 +252,22 @@ def test_a_refused_incremental_multi_worker_save_ends_its_attempt(tmp_path, monk
     for r in ThreadGroup(2).run(body):
         assert isinstance(r, ValueError) and "cannot fingerprint" in str(r), r
     assert _markers(path) == []
+
+
+def test_rank_0_ends_its_attempt_when_the_plan_cannot_reach_the_workers(tmp_path, monkeypatch):
+    """Before: a collective that failed after rank 0 began the attempt left its marker
+    (live for the rest of the process: the attempt's files were never swept)."""
+    path = str(tmp_path / "ck")
+
+    def broadcast(self, obj=None, root=0):  # the plan's, on every worker
+        raise WorkerTimeoutError("the plan did not reach the workers")
+
+    monkeypatch.setattr(ThreadComm, "broadcast", broadcast)
+
+    def body(comm):
+        distributed_save(comm, LocalStore(), path,
+                         [("rows", pyckpt.PerWorker(np.full((2, 4), float(comm.rank))))])
+
+    for r in ThreadGroup(2).run(body):
+        assert isinstance(r, WorkerTimeoutError), r
+    assert os.path.isdir(path) and _markers(path) == []
