@@ -82,11 +82,15 @@ def call_sites(root: pathlib.Path, names: set[str], skip: str | None = None) -> 
 def issue39(root: pathlib.Path) -> None:
     """The counts of issue 39's stages (docs/ARCHITECTURE.md, "The pipeline behind
     every door"): stage 1a leaves ``build_manifest`` and the commit routine to
-    engine/commit.py; stage 2 leaves one background executor."""
+    engine/commit.py; stage 2 leaves the raw save steps to engine/commit.py (every route
+    begins an ``Attempt``) and one background executor."""
     for title, names, skip in (
             ("calls of build_manifest", {"build_manifest"}, None),
             ("calls of the commit routine (Commit, commit_checkpoint, commit.finish)",
              {"Commit", "commit_checkpoint", "commit.finish", "commits.finish"}, None),
+            ("raw save steps (attempts.begin/end, new_attempt_id; stage 2: engine/commit.py only)",
+             {"attempts.begin", "attempts.end", "new_attempt_id"}, None),
+            ("attempts begun (Attempt.begin: one per save route)", {"Attempt.begin"}, None),
             ("background threads and pools (outside testing/)",
              {"Thread", "ThreadPoolExecutor", "to_thread"}, "testing")):
         sites = call_sites(root, names, skip)
