@@ -1,7 +1,8 @@
 """Incremental saves: write the tensors that changed since a base checkpoint and
 reference the base's data for the rest (docs/FORMAT.md section 12, docs/PROTOCOL.md
-section 9). ``CheckpointManager(..., incremental=True)`` passes its newest kept
-checkpoint as the ``Base`` of each save.
+section 9). An incremental ``CheckpointManager`` (``options=CheckpointManagerOptions(
+incremental=IncrementalOptions())``) names its newest kept checkpoint as the base of
+each save, and ``saving`` reads it (``base_at``).
 
 A tensor is reused only when the base stores it as one whole block of the same key,
 dtype and shape whose chunk fingerprints (fingerprints.py: 128 bits of SHA-256 per
