@@ -10,6 +10,7 @@ import numpy as np
 from . import progress as _progress
 from . import saving
 from .errors import CorruptCheckpointError
+from .format.read_plan import ReadPlan
 from .format.source import CheckpointSource
 from .load_into import load_into
 from .registry import empty_on, from_host, target_view
@@ -119,15 +120,16 @@ def _reader(src: CheckpointSource, mmap: bool, device: Any,
             placed: Callable[[str], bool] = is_array_kind) -> Callable[[list[str], dict], list]:
     """reads(keys, kinds) -> values: new host arrays, or (``device``) tensors on that
     device for the leaves whose kind ``placed`` takes (default: array leaves; the
-    others, scalar leaves at least, are read to the host)."""
+    others, scalar leaves at least, are read to the host). The bytes land through
+    ``ReadPlan``s (``format.read_plan.ReadPlan.execute``)."""
     def reads(keys: list[str], kinds: dict) -> list:
         idx = [src.index_of(k) for k in keys]
         if device is None:
-            return src.read_new(idx, mmap)
+            return ReadPlan(src, idx, mmap=mmap).execute()
         out: list = [None] * len(keys)
         array = [placed(kinds.get(k, "ndarray")) for k in keys]
         scalar = [p for p, a in enumerate(array) if not a]
-        for p, v in zip(scalar, src.read_new([idx[p] for p in scalar])):
+        for p, v in zip(scalar, ReadPlan(src, [idx[p] for p in scalar]).execute()):
             out[p] = v
         arrays = [p for p, a in enumerate(array) if a]
         dsts, after = [], []
@@ -144,7 +146,7 @@ def _reader(src: CheckpointSource, mmap: bool, device: Any,
                                 f"{device!r}: no adapter takes it as a target")
             dsts.append(view[0])
             after.append(view[1])
-        src.fill([idx[p] for p in arrays], dsts)
+        ReadPlan(src, [idx[p] for p in arrays], dsts).execute()
         for fn in after:
             if fn is not None:
                 fn()

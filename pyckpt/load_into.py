@@ -17,6 +17,7 @@ from .device.array import DeviceArray
 from .device.copies import unwritable
 from .workers.per_worker_read import per_worker_read, place_of
 from .errors import CheckpointKeyError
+from .format.read_plan import ReadPlan
 from .format.source import CheckpointSource
 from .tree import _join, as_array_leaf, keyed_error, replacement_scalar, skeleton_leaves
 from .registry import target_view
@@ -146,8 +147,10 @@ def _check_keys(src: CheckpointSource, targets: list[Any], mapping: dict[str, st
 
 
 class _Plan:
-    """Where each target's bytes go: (index, destination) pairs, scalars to build,
-    targets to byte-swap once filled, and every problem found."""
+    """Where each target's bytes go: (index, destination) pairs (``reads``: the
+    ReadPlan of the targets filled in place), scalars to build (``scalar_reads``:
+    the ReadPlan of their new arrays), targets to byte-swap once filled, and every
+    problem found."""
 
     def __init__(self, src: CheckpointSource, comm: Any) -> None:
         self.src, self.comm = src, comm
@@ -162,6 +165,14 @@ class _Plan:
     def _to(self, i: int, dst: Any) -> None:
         self.idx.append(i)
         self.dsts.append(dst)
+
+    def reads(self) -> ReadPlan:
+        """The reads into the targets filled in place, in the order of ``into``."""
+        return ReadPlan(self.src, self.idx, self.dsts)
+
+    def scalar_reads(self) -> ReadPlan:
+        """The reads of the stored values that replace Python scalars: new arrays."""
+        return ReadPlan(self.src, [i for _, i, _ in self.fresh])
 
     def add(self, t: Any, key: str) -> None:
         src = self.src
@@ -216,14 +227,15 @@ class _Plan:
             self._to(i, dst)
 
 
-def _stored_scalars(src: CheckpointSource, fresh: list[tuple[Any, int, str]]) -> list[Any]:
+def _stored_scalars(plan: _Plan) -> list[Any]:
     """The stored values that replace Python scalars of ``into``
     (``tree.replacement_scalar``: as they were saved, whatever the target's type)."""
-    if not fresh:
+    if not plan.fresh:
         return []
+    src = plan.src
     kinds = skeleton_leaves(src.tree) if src.tree is not None else {}
     return [replacement_scalar(kinds.get(key), arr, t.kind)
-            for (t, _, key), arr in zip(fresh, src.read_new([i for _, i, _ in fresh]))]
+            for (t, _, key), arr in zip(plan.fresh, plan.scalar_reads().execute())]
 
 
 def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
@@ -242,8 +254,8 @@ def load_into(src: CheckpointSource, into: Any, mapping: dict[str, str], *,
         plan.add(t, source[t.key])
     if plan.problems:
         raise ValueError("cannot load into the given tree:\n  " + "\n  ".join(plan.problems))
-    scalars = _stored_scalars(src, plan.fresh)  # made before any target is filled
-    src.fill(plan.idx, plan.dsts)
+    scalars = _stored_scalars(plan)  # made before any target is filled
+    plan.reads().execute()
     finish_byte_order(plan.swap)
     for (t, _, _), value in zip(plan.fresh, scalars):
         assert t.setter is not None  # a target without an array is a leaf with a setter

@@ -5,7 +5,8 @@ pyckpt reads) and declares each tensor to DCP as one chunk covering it, so DCP's
 planner asks every rank for boxes of whole tensors; ``read_data`` reads each box
 through the checkpoint source, which reads only the stored blocks the box touches
 and checks every chunk's CRC-32C, straight into the tensors DCP's planner resolves
-(``CheckpointSource.fill``, as ``load(into=)``): a contiguous CPU tensor of the
+(one ``format.read_plan.ReadPlan`` per batch, landed by its ``execute`` as
+``load(into=)``'s, through ``CheckpointSource.fill``): a contiguous CPU tensor of the
 stored dtype in place, a CUDA tensor through pinned bounce buffers and a copy on
 its device (no host copy of it); other targets through a buffer copied into them,
 as DCP's own reader does, casting to the target's dtype. Bytes entries (DCP's
@@ -31,6 +32,7 @@ from torch.futures import Future
 
 from ..adapters.torch_support import _tensor, writable
 from ..device.array import DeviceArray
+from ..format.read_plan import ReadPlan
 from ..sources import CheckpointSource, open_source
 from ..tree import static_values
 from .names import planner_data_of, stored_dtypes
@@ -175,7 +177,7 @@ class _Batch:
         if not self.items:
             return
         boxes = self.boxes if any(b is not None for b in self.boxes) else None
-        self.src.fill(self.idx, self.dsts, boxes)
+        ReadPlan(self.src, self.idx, self.dsts, boxes).execute()
         for ri, target, after in zip(self.items, self.targets, self.after):
             if after is not None:
                 after()

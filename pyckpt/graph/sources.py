@@ -8,6 +8,7 @@ import numpy as np
 
 from ..device.copies import copy_values
 from ..errors import CorruptCheckpointError
+from ..format.read_plan import ReadPlan
 from ..format.source import CheckpointSource
 from .object_graph import StoredGraph
 
@@ -53,9 +54,10 @@ class StoredValues:
         return self.src.shape(i), self.src.dtype(i)
 
     def read(self, keys: Sequence[str], dsts: Sequence[np.ndarray]) -> None:
-        """Reads the values of ``keys`` into ``dsts`` in one verified batch."""
+        """Reads the values of ``keys`` into ``dsts`` (host arrays, or DeviceArrays
+        filled on their device) in one verified batch: one ReadPlan."""
         index = self.src.index
-        self.src.fill([index[k] for k in keys], dsts)
+        ReadPlan(self.src, [index[k] for k in keys], dsts).execute()
 
 
 class SnapshotSource:
