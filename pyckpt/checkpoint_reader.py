@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import run_directory
+from .format.read_plan import ReadPlan
 from .format.source import CheckpointSource
 from .format.values import text_values
 from .sources import open_source
@@ -75,7 +76,7 @@ class CheckpointReader:
 
     def get_tensor(self, key: str) -> np.ndarray:
         """The verified value of one tensor (reads only its bytes)."""
-        return self._src.read_new([self._src.index_of(key)])[0]
+        return ReadPlan(self._src, [self._src.index_of(key)]).execute()[0]
 
     def nbytes(self) -> int:
         """Bytes of every value."""

@@ -11,6 +11,7 @@ from . import saving
 from .engine.copy import copy_checkpoint
 from .codecs import hf_folder
 from .format import INDEX_NAME
+from .format.read_plan import ReadPlan
 from .format.source import CheckpointSource
 from .interop import safetensors as st
 from .interop import tensorflow as tfio
@@ -102,7 +103,7 @@ def _foreign_to_checkpoint(src: CheckpointSource, dst: str, dst_options: dict | 
     as that format can), its tree (values kept outside tensors, such as DCP's bytes
     entries) and metadata kept."""
     validate_keys(list(src.keys))  # a foreign checkpoint's names become stored keys
-    values = src.read_new(range(len(src.keys)))
+    values = ReadPlan(src, range(len(src.keys))).execute()
     saving.write(saving.SavePlan.build(
         [saving.Item(k, v) for k, v in zip(src.keys, values)], dst, storage_options=dst_options,
         comm=SingleComm(), progress=progress, tree=src.tree, metadata=src.metadata or None))

@@ -23,7 +23,8 @@ torch = pytest.importorskip("torch")
 ROOT = pathlib.Path(pyckpt.__file__).parent
 #: the modules of the load doors (lightning.py loads through flat.py's code)
 DOORS = ["load_into.py", "flat.py", "graph/sources.py", "graph/restore.py", "dcp/reader.py",
-         "lightning.py"]
+         "lightning.py", "checkpoint_reader.py", "transfer.py", "interop/safetensors.py",
+         "interop/tensorflow/convert.py"]
 
 
 def _subclasses(cls):
@@ -143,6 +144,22 @@ def test_lightning_load_checkpoint(tmp_path, plans, where):
     got = CheckpointIO().load_checkpoint(tmp_path / "c.ckpt", map_location=where)
     assert torch.equal(got["state_dict"]["w"], torch.ones(2, 3)) and got["epoch"] == 4
     assert plans.executed and plans.outside == []
+
+
+def test_the_reader_and_the_conversions_read_through_plans(tmp_path, plans):
+    """Not load doors, but readers all the same: ``CheckpointReader.get_tensor`` and a
+    ``pyckpt cp`` to safetensors and back land their bytes through plans too."""
+    from pyckpt import transfer
+
+    state = {"a": np.arange(6, dtype=np.float32), "b": np.ones((2, 3), dtype=np.int64)}
+    pyckpt.save(state, tmp_path / "c")
+    np.testing.assert_array_equal(pyckpt.load_checkpoint(tmp_path / "c").get_tensor("a"),
+                                  state["a"])
+    assert [list(p.indices) for p in plans.executed] == [[0]]
+    transfer.transfer(str(tmp_path / "c"), str(tmp_path / "c.safetensors"), "safetensors")
+    transfer.transfer(str(tmp_path / "c.safetensors"), str(tmp_path / "back"), "pyckpt")
+    np.testing.assert_array_equal(pyckpt.load(tmp_path / "back")["b"], state["b"])
+    assert len(plans.executed) >= 3 and plans.outside == []
 
 
 def test_no_door_reads_its_source_itself():

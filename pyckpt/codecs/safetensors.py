@@ -26,6 +26,7 @@ import numpy as np
 from .._dtypes import dtype_from_name, dtype_name
 from ..errors import CorruptCheckpointError
 from ..format.json_scan import loads_untrusted
+from ..format.read_plan import ReadPlan
 from ..format.records import MAX_BYTES, MAX_NDIM, span
 from ..format.source import CheckpointSource, KeyedSource
 from ..format.values import left_out_warning, text_values
@@ -295,7 +296,7 @@ def read_ahead(src: CheckpointSource, indices: Sequence[int]) -> Iterator[np.nda
             for k in range(len(indices)):
                 while nxt < len(indices) and len(pending) < READ_AHEAD_TENSORS and (
                         not pending or in_flight + sizes[nxt] <= READ_AHEAD_BYTES):
-                    pending.append(pool.submit(src.read_new, [indices[nxt]]))
+                    pending.append(pool.submit(ReadPlan(src, [indices[nxt]]).execute))
                     in_flight += sizes[nxt]
                     nxt += 1
                 (arr,) = pending.popleft().result()

@@ -10,9 +10,11 @@ itself. ``execute`` picks the read from the destinations: none (``dsts`` None)
 maps it); given -> ``fill``, which reads host targets (arrays, ShardedArray
 blocks) directly and device targets (DeviceArrays) through pinned bounce
 buffers (``device/loading.py``, the one place that tells them apart), with
-``boxes`` for targets holding a block of a stored tensor. Readers that are not
-load doors (``CheckpointReader.get_tensor``, ``transfer``, the interop
-converters) still call ``read_new`` themselves.
+``boxes`` for targets holding a block of a stored tensor. The readers that are
+not load doors (``CheckpointReader.get_tensor``, ``transfer``, the interop
+converters, the safetensors exporter's read-ahead) read through it too; only a
+format's reading of its own files (``codecs/``, ``engine/reader.py``) calls the
+reads directly.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ..codecs.safetensors import (SafetensorsFile, check_writable, detect, dtype
                                   is_safetensors_path, write_file)
 from ..codecs.hf_folder import INDEX_FILE, SINGLE_FILE, is_shard_name, shard_name
 from ..errors import CheckpointError, add_note
+from ..format.read_plan import ReadPlan
 from ..format.source import CheckpointSource
 from ..selection import map_keys, select_keys
 from ..sources import open_source
@@ -38,7 +39,7 @@ def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     if not isinstance(src, CheckpointSource):
         src = SafetensorsFile(*resolve(src, src_options))
     validate_keys(list(src.keys))  # a foreign file's names become stored keys
-    values = src.read_new(range(len(src.keys)))
+    values = ReadPlan(src, range(len(src.keys))).execute()
     saving.write(saving.SavePlan.build(
         [saving.Item(k, v) for k, v in zip(src.keys, values)], dst, storage_options=dst_options,
         comm=SingleComm(), progress=progress,

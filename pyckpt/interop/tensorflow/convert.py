@@ -13,6 +13,7 @@ import numpy as np
 
 from ... import saving
 from ...format import INDEX_NAME
+from ...format.read_plan import ReadPlan
 from ...format.source import CheckpointSource
 from ...format.values import left_out_warning, text_values
 from ...storage import Store, resolve
@@ -101,7 +102,7 @@ def _from_source(source: CheckpointSource, object_graph: bool | None) -> tuple:
         graph = dict(graph, value=[v if v not in skipped else None for v in graph["value"]])
 
     def read_values(positions: list[int]) -> list[np.ndarray]:
-        return source.read_new([keep[i] for i in positions])
+        return ReadPlan(source, [keep[i] for i in positions]).execute()
 
     return ([source.keys[i] for i in keep], [source.shape(i) for i in keep],
             [source.dtype(i) for i in keep], graph, text_values(source.tree, source.graph),
@@ -193,7 +194,7 @@ def to_checkpoint(src: Any, dst: Any, *, src_options: dict | None = None,
     graph = src.graph
     if graph is not None and skipped:
         graph = dict(graph, value=[v if v not in skipped else None for v in graph["value"]])
-    values = src.read_new(keep)
+    values = ReadPlan(src, keep).execute()
     items = [(src.keys[i], _as_fixed(v) if src.tf_dtypes[i] == STRING else v)
              for i, v in zip(keep, values)]
     validate_keys([k for k, _ in items])  # a foreign checkpoint's names become stored keys
