@@ -582,7 +582,7 @@ def numbered(counter: Variable) -> Iterator[int]:
 # -- copies of a committed checkpoint: a tier's persist ------------------------------------
 @dataclasses.dataclass(frozen=True)
 class CopyPlan:
-    """A committed checkpoint to copy to another place (a tier's persist).
+    """A committed checkpoint to copy to another place (a tier's persist, ``pyckpt cp``).
 
     - ``source``, ``source_path``, ``source_options``: the committed checkpoint (its
       store, its path there and the options it is read with);
@@ -595,7 +595,8 @@ class CopyPlan:
       holds all its data.
 
     A copy takes no turn (ordering.py): a persist writes a checkpoint directory of the
-    durable tier, which only its keeper writes to, under its writer lease."""
+    durable tier, which only its keeper writes to, under its writer lease; ``pyckpt
+    cp`` writes where the user points it, as a save of another process would."""
 
     source: Store
     source_path: str

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import saving
-from .engine.copy import copy_checkpoint
 from .codecs import hf_folder
 from .format import INDEX_NAME
 from .format.read_plan import ReadPlan
@@ -93,8 +92,10 @@ def transfer(src: str, dst: str, fmt: str, *, source: Any = None,
         if opened.format != "pyckpt":  # DCP directories, Hugging Face folders
             _foreign_to_checkpoint(opened, dst, dst_options, progress)
         else:
-            copy_checkpoint(src, dst, src_options=src_options, dst_options=dst_options,
-                            progress=progress)
+            (src_store, src_path), (dst_store, dst_path) = (resolve(src, src_options),
+                                                            resolve(dst, dst_options))
+            saving.copy(saving.CopyPlan(src_store, src_path, src_options, dst_store, dst_path,
+                                        dst_options, progress=progress))
 
 
 def _foreign_to_checkpoint(src: CheckpointSource, dst: str, dst_options: dict | None,
