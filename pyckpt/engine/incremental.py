@@ -158,7 +158,7 @@ def _verify(ck: OpenCheckpoint, blocks: list[int]) -> None:
     tensor = np.searchsorted(b.tensor_begin, js, side="right") - 1
     keys = [ck.manifest.keys[int(i)] for i in tensor]
     plan = ck.plan_ranges(keys, js, np.zeros(len(js), np.int64), b.nbytes[js])
-    ck.read_plan(plan, [None] * len(js))
+    ck.read_blocks(plan, [None] * len(js))
 
 
 def usable_files(store: Store, base: Base) -> list[bool]:

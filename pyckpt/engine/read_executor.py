@@ -1,7 +1,7 @@
-"""Executing read plans: the one place where stored tensor bytes are read and
+"""Executing block reads: the one place where stored tensor bytes are read and
 their checksums verified (every chunk, in the C++ core, ``_core.read_shards``).
 
-A ``ReadPlan`` names, per item, a byte range of a shard file and the masked
+``BlockReads`` names, per item, a byte range of a shard file and the masked
 CRC-32C of each chunk of it. ``execute`` asks the store once for its fast
 path and runs the plan one of three ways:
 
@@ -36,10 +36,10 @@ from ..storage import ByteRange, Store, buffer_size
 from ..storage.local import map_file
 from .options import IOOptions
 
-__all__ = ["ReadPlan", "execute", "map_files", "read_window", "verify"]
+__all__ = ["BlockReads", "execute", "map_files", "read_window", "verify"]
 
 
-class ReadPlan:
+class BlockReads:
     """Items to read: ``keys[i]`` (for messages) is bytes [offset[i], offset[i] +
     nbytes[i]) of file ``file[i]``, whose chunk CRCs are
     ``crcs[crc_begin[i]:crc_begin[i + 1]]``."""
@@ -74,7 +74,7 @@ def verify(names: Sequence[str], buffers: Sequence[Any], bases: Sequence[int], k
 
 
 
-def execute(store: Store, paths: Mapping[int, str], plan: ReadPlan, dsts: Sequence[Any],
+def execute(store: Store, paths: Mapping[int, str], plan: BlockReads, dsts: Sequence[Any],
             chunk_size: int, options: IOOptions,
             buffers: Mapping[int, Any] | None = None) -> None:
     """Reads and verifies ``plan`` into ``dsts`` (None: verify only). ``paths``: the
@@ -108,7 +108,7 @@ def map_files(store: Store, root: str, paths: Mapping[int, str]) -> dict[int, mm
     return {f: map_file(n) for f, n in zip(files, names)}
 
 
-def read_window(store: Store, path: str, begin: int, end: int, plan: ReadPlan,
+def read_window(store: Store, path: str, begin: int, end: int, plan: BlockReads,
                 chunk_size: int, options: IOOptions) -> Any:
     """Bytes [begin, end) of one file, after verifying the plan's items (which lie
     inside the window) against their CRCs: a verified streaming copy."""
@@ -144,7 +144,7 @@ class _Piece:
         self.c0, self.c1, self.dst = c0, c1, dst
 
 
-def _requests(plan: ReadPlan, dsts: Sequence[Any], chunk: int, request_max: int, gap: int,
+def _requests(plan: BlockReads, dsts: Sequence[Any], chunk: int, request_max: int, gap: int,
               post: list) -> list[tuple[int, int, int, list[_Piece]]]:
     """The plan's bytes as ranged requests (file, start, end, pieces) of at most
     ``request_max`` bytes (at least one chunk), filled in file order: an item joins
@@ -247,7 +247,7 @@ class _Landing:
         return _Landing(segments, member) if at == end else None
 
 
-def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
+def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: BlockReads,
                       dsts: Sequence[Any], chunk: int, options: IOOptions) -> None:
     policy = store.fetch_policy()
     request_max = min(policy.request_max, policy.batch_bytes // max(1, policy.concurrency))
@@ -276,7 +276,7 @@ def _fetch_and_verify(store: Store, paths: Mapping[int, str], plan: ReadPlan,
         np.copyto(dst, tmp)
 
 
-def _verify_batch(store: Store, paths: Mapping[int, str], plan: ReadPlan, batch: list,
+def _verify_batch(store: Store, paths: Mapping[int, str], plan: BlockReads, batch: list,
                   bufs: list, landed: list, chunk: int, options: IOOptions) -> None:
     names, buffers, bases = [], [], []
     keys, sources, offsets, nbytes, dsts, crc_parts = [], [], [], [], [], []

@@ -16,7 +16,7 @@ from ..storage import Store, resolve
 from .. import run_directory
 from . import naming, read_executor, references
 from .options import DEFAULT, IOOptions
-from .read_executor import ReadPlan
+from .read_executor import BlockReads
 from .sharded_read import read_into_targets, read_whole, verify_sharded
 
 __all__ = ["OpenCheckpoint", "open_checkpoint", "resolve_checkpoint", "data_file_path"]
@@ -226,8 +226,8 @@ class OpenCheckpoint(CheckpointSource):
                     "differ: truncated or overwritten)")
             self._checked_files.add(i)
 
-    # -- read plans ----------------------------------------------------------------
-    def plan(self, indices: Sequence[int] | np.ndarray) -> "ReadPlan":
+    # -- block reads ---------------------------------------------------------------
+    def block_reads(self, indices: Sequence[int] | np.ndarray) -> "BlockReads":
         """Where the (single) block of each plain tensor lies."""
         m = self.manifest
         b = m.blocks
@@ -239,12 +239,12 @@ class OpenCheckpoint(CheckpointSource):
         j = b.tensor_begin[idx]
         if len(idx) == len(m.keys) and (idx == np.arange(len(idx))).all():
             crc_begin = b.crc_begin.astype(np.uint64)
-            return ReadPlan(list(m.keys), b.file[j], b.offset[j], b.nbytes[j], b.crcs, crc_begin)
+            return BlockReads(list(m.keys), b.file[j], b.offset[j], b.nbytes[j], b.crcs, crc_begin)
         return self.plan_ranges([m.keys[i] for i in idx.tolist()], j, np.zeros(len(j), np.int64),
                                 b.nbytes[j])
 
     def plan_ranges(self, keys: list[str], blocks: np.ndarray, lo: np.ndarray,
-                    hi: np.ndarray) -> "ReadPlan":
+                    hi: np.ndarray) -> "BlockReads":
         """Bytes [lo, hi) of stored blocks (lo a multiple of the chunk size, hi one too
         or the block's end): the unit of partial reads of sharded arrays."""
         b = self.manifest.blocks
@@ -258,8 +258,8 @@ class OpenCheckpoint(CheckpointSource):
         np.cumsum(lens, out=crc_begin[1:])
         gather = np.repeat(starts - crc_begin[:-1].astype(np.int64), lens) + \
             np.arange(int(crc_begin[-1]), dtype=np.int64)
-        return ReadPlan(keys, b.file[blocks], b.offset[blocks] + lo, hi - lo, b.crcs[gather],
-                        crc_begin)
+        return BlockReads(keys, b.file[blocks], b.offset[blocks] + lo, hi - lo, b.crcs[gather],
+                          crc_begin)
 
     # -- reads -----------------------------------------------------------------------
     def read_plain(self, indices: Sequence[int] | np.ndarray, dsts: Sequence[np.ndarray | None],
@@ -267,10 +267,10 @@ class OpenCheckpoint(CheckpointSource):
         """Reads whole (plain) tensors into dsts (None: verify only)."""
         if len(indices) == 0:
             return
-        self.read_plan(self.plan(indices), dsts, buffers)
+        self.read_blocks(self.block_reads(indices), dsts, buffers)
 
-    def read_plan(self, p: "ReadPlan", dsts: Sequence[np.ndarray | None],
-                  buffers: dict[int, Any] | None = None) -> None:
+    def read_blocks(self, p: "BlockReads", dsts: Sequence[np.ndarray | None],
+                    buffers: dict[int, Any] | None = None) -> None:
         """Reads and verifies a plan into dsts (None: verify only) once the sizes of
         its files are checked (read_executor.py); ``buffers``: the files' bytes."""
         if len(p.keys) == 0:
@@ -295,7 +295,7 @@ class OpenCheckpoint(CheckpointSource):
     def mmap(self, indices: Sequence[int] | np.ndarray, verify: bool = True) -> list[np.ndarray]:
         """Read-only arrays backed by the local files (checksums verified through the map);
         new arrays where the store has no local files."""
-        p = self.plan(indices)
+        p = self.block_reads(indices)
         used = np.unique(p.file[p.nbytes > 0]).tolist()
         self.check_files(used)
         maps = read_executor.map_files(self.store, self.path, {f: self.file_path(f) for f in used})

@@ -114,7 +114,7 @@ def _run(ck: "OpenCheckpoint", jobs: list[_Job]) -> None:
         return
     plan = ck.plan_ranges([j.key for j in jobs], np.array([j.block for j in jobs]),
                           np.array([j.lo for j in jobs]), np.array([j.hi for j in jobs]))
-    ck.read_plan(plan, [j.dst if j.buf is None else j.buf for j in jobs])
+    ck.read_blocks(plan, [j.dst if j.buf is None else j.buf for j in jobs])
     for j in jobs:
         if j.buf is not None:
             rows, shape, sl = j.take
@@ -156,4 +156,4 @@ def verify_sharded(ck: "OpenCheckpoint", indices: Sequence[int]) -> None:
     for i in indices:
         keys.extend([m.keys[i]] * int(b.tensor_begin[i + 1] - b.tensor_begin[i]))
     plan = ck.plan_ranges(keys, blocks, np.zeros(len(blocks), np.int64), b.nbytes[blocks])
-    ck.read_plan(plan, [None] * len(blocks))
+    ck.read_blocks(plan, [None] * len(blocks))

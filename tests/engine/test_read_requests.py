@@ -20,7 +20,7 @@ def _plan(sizes, file=None, gap=64):
     lens = [-(-n // CHUNK) for n in sizes]
     crc_begin = np.zeros(len(sizes) + 1, np.uint64)
     np.cumsum(lens, out=crc_begin[1:])
-    return rx.ReadPlan([f"k{i}" for i in range(len(sizes))],
+    return rx.BlockReads([f"k{i}" for i in range(len(sizes))],
                        np.asarray(file or [0] * len(sizes), np.int64),
                        np.asarray(offsets, np.int64), np.asarray(sizes, np.int64),
                        np.arange(int(crc_begin[-1]), dtype=np.uint32), crc_begin)

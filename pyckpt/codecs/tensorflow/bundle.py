@@ -30,7 +30,7 @@ from ... import progress as _progress
 from ..._native import core as _core
 from ...engine import read_executor
 from ...engine.options import DEFAULT, IOOptions
-from ...engine.read_executor import ReadPlan
+from ...engine.read_executor import BlockReads
 from ...errors import CheckpointError, CorruptCheckpointError, UnsupportedTensorError
 from ...format.source import KeyedSource
 from ..record_file import read_record_file
@@ -377,11 +377,12 @@ class TensorFlowCheckpoint(KeyedSource):
         paths = {s: self._file(s) for s in shards}
         names = self.store.native_paths([paths[s] for s in shards])
         if names is None:  # object stores: ranged reads, one checksummed chunk per entry
-            plan = ReadPlan([it[0] for it in items], np.asarray([it[1] for it in items], np.int64),
-                            np.asarray([it[2] for it in items], np.uint64),
-                            np.asarray([it[3] for it in items], np.uint64),
-                            np.asarray([it[4] for it in items], np.uint32),
-                            np.arange(len(items) + 1, dtype=np.uint64))
+            plan = BlockReads([it[0] for it in items],
+                              np.asarray([it[1] for it in items], np.int64),
+                              np.asarray([it[2] for it in items], np.uint64),
+                              np.asarray([it[3] for it in items], np.uint64),
+                              np.asarray([it[4] for it in items], np.uint32),
+                              np.arange(len(items) + 1, dtype=np.uint64))
             read_executor.execute(self.store, paths, plan, list(dsts),
                                   max(it[3] for it in items), self.options)
             return
@@ -433,10 +434,10 @@ class TensorFlowCheckpoint(KeyedSource):
         if live:
             shards = sorted(maps)
             paths = {s: self._file(s) for s in shards}
-            plan = ReadPlan([self._keys[i] for i in live],
-                            self.shard[live], self.offset[live].astype(np.uint64),
-                            self.size[live].astype(np.uint64), self.crc[live],
-                            np.arange(len(live) + 1, dtype=np.uint64))
+            plan = BlockReads([self._keys[i] for i in live],
+                              self.shard[live], self.offset[live].astype(np.uint64),
+                              self.size[live].astype(np.uint64), self.crc[live],
+                              np.arange(len(live) + 1, dtype=np.uint64))
             read_executor.execute(self.store, paths, plan, [None] * len(live),
                                   int(self.size[live].max()), self.options, buffers=maps)
         return out
