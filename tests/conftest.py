@@ -1,4 +1,3 @@
-import contextlib
 import os
 
 import numpy as np
@@ -28,7 +27,7 @@ SLOW = (
 # Tests run in parallel (pytest-xdist, `-n` in pyproject.toml): most of the suite waits
 # on servers, subprocesses and disks, not on the 2 cores. These measure the machine
 # itself (stall deadlines, processes left running, exit times) and run alone:
-# each takes every other worker's turn (`_turn` below), one at a time.
+# each takes every other worker's turn (`_Turn` below), one at a time.
 EXCLUSIVE = (
     "tests/stores/test_stalls.py", "tests/stores/test_server_leftovers.py",
     "tests/stores/test_exit_when_store_dies.py", "tests/stores/test_fault_proxy.py",
@@ -76,84 +75,89 @@ def pytest_collection_finish(session):
             f"{lost[0]}): install the test extra's pytest (pyproject.toml)")
 
 
-#: this worker holds the machine for an exclusive module (``_module_turn``)
-_HOLDING: list[str] = []
+class _Turn:
+    """This worker's hold on the machine-wide turn (lock files all workers see, beside
+    their base temporary directories): a shared lock while one test runs; an exclusive
+    one for an exclusive module (EXCLUSIVE: its tests run on one worker, in order), taken
+    once for all its tests. Every taker passes a gate lock, which an exclusive holder
+    keeps throughout: no new test starts while it waits for the running ones to end, and
+    it gets in without waiting for the workers to run dry.
 
+    Taken in ``pytest_runtest_protocol`` outside pytest-timeout's timer: waiting for
+    other workers' exclusive modules is not this test's time. Taken in a fixture, that
+    wait counted against the test's 600 s, and a test that lost the gate to several
+    exclusive modules in a row timed out in its setup (CI of stop 42)."""
 
-@contextlib.contextmanager
-def _machine(tmp_path_factory, exclusive: bool):
-    """Holds the machine-wide turn (files all workers see): a shared lock for one test,
-    an exclusive one for an exclusive module, each taken through the gate lock (held
-    throughout by an exclusive holder, so that no new test starts while it waits for
-    the running ones to end). Closing the files releases the locks."""
-    import fcntl
+    def __init__(self):
+        self.files = None  # (gate, main) while held
+        self.module = None  # the exclusive module held for, if any
 
-    shared = tmp_path_factory.getbasetemp().parent
-    gate = open(shared / "pyckpt-turn-gate", "a+b")
-    main = open(shared / "pyckpt-turn", "a+b")
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        if not exclusive:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        yield
-    finally:
-        gate.close()
-        main.close()
+    def take(self, config, exclusive: bool) -> None:
+        import fcntl
+        import pathlib
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _module_turn(request, tmp_path_factory):
-    """Under pytest-xdist, an exclusive module (EXCLUSIVE: its tests run on one worker,
-    in order) takes the machine once for all its tests: the gate, then the exclusive
-    lock once the running tests ended, both held until its last test ended. Taken per
-    test, every one of its ~40 tests waited for the longest test then running on the
-    other workers (a drain each), while the gate kept them idle."""
-    rel = os.path.relpath(str(request.node.path), str(request.config.rootpath))
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not rel.replace(os.sep, "/").startswith(
-            EXCLUSIVE):
-        yield
-        return
-    with _machine(tmp_path_factory, exclusive=True):
-        _HOLDING.append(rel)
+        shared = pathlib.Path(config.option.basetemp).parent  # xdist: <base>/popen-gwN
+        gate = open(shared / "pyckpt-turn-gate", "a+b")
+        main = open(shared / "pyckpt-turn", "a+b")
         try:
-            yield
-        finally:
-            _HOLDING.remove(rel)
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            if not exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        except BaseException:
+            gate.close()
+            main.close()
+            raise
+        self.files = (gate, main)
+
+    def release(self) -> None:
+        """Closing the files releases the locks."""
+        for f in self.files or ():
+            f.close()
+        self.files = self.module = None
 
 
-@pytest.fixture(autouse=True)
-def _turn(request, tmp_path_factory):
-    """Under pytest-xdist: every test holds a shared lock on a file all workers see
-    while it runs; an exclusive module holds it exclusively (``_module_turn``). A gate
-    lock, taken briefly by every test on its way in and held by an exclusive module
-    throughout, lets the exclusive module in once the running tests end, without
-    waiting for the workers to run dry. A worker holding the machine runs its tests
-    without locks (a second lock of its own would wait for itself)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or _HOLDING:
-        yield
-        return
-    with _machine(tmp_path_factory, exclusive=False):
-        yield
+_TURN = _Turn()
 
 
-@pytest.hookimpl(hookwrapper=True)
+def _exclusive_module(item) -> str | None:
+    if item is None:
+        return None
+    rel = os.path.relpath(str(item.path), str(item.config.rootpath)).replace(os.sep, "/")
+    return rel if rel.startswith(EXCLUSIVE) else None
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """``PYCKPT_TEST_TIMELINE=<file>``: one line per test (worker, start, end, node id,
-    setup and teardown included) appended to that file: where a parallel run's wall
-    time goes (idle workers, exclusive modules)."""
-    path = os.environ.get("PYCKPT_TEST_TIMELINE")
-    if not path:
-        yield
-        return
-    import json
+    """Under pytest-xdist, every test runs holding its turn (``_Turn``); an exclusive
+    module keeps its turn from its first test to its last (taken per test, each of its
+    ~40 tests waited for the longest test then running on the other workers).
+
+    ``PYCKPT_TEST_TIMELINE=<file>``: one line per test (worker, start, end, node id,
+    setup and teardown included, the wait for the turn not) appended to that file: where
+    a parallel run's wall time goes (idle workers, exclusive modules)."""
+    parallel = bool(os.environ.get("PYTEST_XDIST_WORKER")) and item.config.option.basetemp
+    module = _exclusive_module(item)
+    if parallel and _TURN.files is None:
+        _TURN.take(item.config, exclusive=module is not None)
+        _TURN.module = module
     import time
 
     t0 = time.time()
-    yield
-    with open(path, "a") as f:
-        f.write(json.dumps([os.environ.get("PYTEST_XDIST_WORKER", "main"), t0, time.time(),
-                            item.nodeid]) + "\n")
+    try:
+        yield
+    finally:
+        t1 = time.time()
+        if _TURN.files is not None and (
+                _TURN.module is None or _exclusive_module(nextitem) != _TURN.module):
+            _TURN.release()
+    path = os.environ.get("PYCKPT_TEST_TIMELINE")
+    if path:
+        import json
+
+        with open(path, "a") as f:
+            f.write(json.dumps([os.environ.get("PYTEST_XDIST_WORKER", "main"), t0, t1,
+                                item.nodeid]) + "\n")
 
 
 @pytest.fixture
