@@ -28,7 +28,8 @@ __all__ = ["save", "load"]
 def save(tree: Any, path: Any, *, metadata: dict | None = None,
          storage_options: dict | None = None, comm: Communicator | None = None,
          progress: Callable[[int, int], Any] | None = None,
-         blocking: bool = True, max_pinned_bytes: int | None = None) -> str | saving.PendingSave:
+         blocking: bool = True, max_pinned_bytes: int | None = None,
+         max_device_snapshot_bytes: int | None = None) -> str | saving.PendingSave:
     """Saves a nested dict/list/tuple of arrays as a committed checkpoint at ``path``.
 
     Keys are the ``/``-joined container path (``layers/0/w``). Returns the
@@ -48,12 +49,21 @@ def save(tree: Any, path: Any, *, metadata: dict | None = None,
     device memory: a ring of that size, reused while the writers go, instead of a
     pinned copy of the whole state (single-process saves to local files; the call
     then returns once the last value left the device). docs/API.md, "Device memory".
+
+    ``max_device_snapshot_bytes`` (``blocking=False``, one process): the device
+    memory the call may copy the device values into (device-to-device, ordered
+    on the current stream; the call returns after it) before they drain to storage
+    in the background; None (automatic): when they fit the device's free memory
+    less max(2 GiB, 10%); 0: never. The buffers are kept for the next save
+    (``pyckpt.device.release_staging_memory()`` frees them). The handle's
+    ``staging`` says what the save used (``saving.StagingReport``).
     """
     leaves, skeleton = flatten(tree)
     plan = saving.SavePlan.build([saving.Item(lf.key, lf.array, lf.obj) for lf in leaves], path,
                                  storage_options=storage_options, comm=comm, progress=progress,
                                  tree=skeleton, metadata=metadata,
-                                 max_pinned_bytes=max_pinned_bytes)
+                                 max_pinned_bytes=max_pinned_bytes,
+                                 max_device_snapshot_bytes=max_device_snapshot_bytes)
     if not blocking:
         return saving.start(plan)
     saving.write(plan)

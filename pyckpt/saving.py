@@ -30,6 +30,7 @@ import dataclasses
 import enum
 import os
 import threading
+import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -39,7 +40,9 @@ from . import jobs, ordering
 from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
-from .device.buffers import StagingBuffers, check_budget, lease_shared
+from .device.buffers import StagingBuffers, check_budget, lease_shared, warm_shared
+from .device.engine import Ticket
+from .device.snapshot import DeviceSnapshot, check_device_budget, shared_snapshot
 from .device.staging import has_device_values, stage_values
 from .engine.options import DEFAULT
 from .workers import background, node_local
@@ -52,7 +55,8 @@ from .sharded.perworker import PerWorker
 from .storage import Store, resolve
 from .variables import Variable
 
-__all__ = ["Item", "Route", "SavePlan", "PendingSave", "Background", "Base", "base_at",
+__all__ = ["Item", "Route", "SavePlan", "PendingSave", "Background", "StagingReport", "Base",
+           "base_at",
            "write", "stage", "start", "run", "numbered", "CopyPlan", "copy", "upload",
            "commit_upload", "FromPeers", "from_peers"]
 
@@ -94,7 +98,10 @@ class SavePlan:
     ``route``: who writes it; ``node_local``: the replicas of a node-local save;
     ``incremental``/``base``: an incremental save and the checkpoint it references
     (None: a full one that records fingerprints); ``max_pinned_bytes``: the pinned
-    budget device values are staged within; ``on_device``: whether values live in
+    budget device values are staged within; ``max_device_snapshot_bytes``: the
+    device memory a background save may snapshot the device values into (None:
+    automatic, from the free device memory; 0: never; device/snapshot.py);
+    ``on_device``: whether values live in
     device memory (staged through host buffers first); ``overlap``: whether the
     staging copies overlap the writes (a ``StagedSave``: one process, a full save,
     local files, native byte order); ``progress``: the blocking save's callback."""
@@ -112,6 +119,7 @@ class SavePlan:
     incremental: bool = False
     base: Base | None = dataclasses.field(default=None, repr=False)
     max_pinned_bytes: int | None = None
+    max_device_snapshot_bytes: int | None = None
     on_device: bool = False
     overlap: bool = False
     progress: Callable[[int, int], Any] | None = dataclasses.field(default=None, repr=False)
@@ -123,7 +131,8 @@ class SavePlan:
               graph: dict | None = None, metadata: dict | None = None,
               node_local: int | None = None, incremental: bool = False, base: Any = None,
               full_save_every: int | None = 10,
-              max_pinned_bytes: int | None = None) -> "SavePlan":
+              max_pinned_bytes: int | None = None,
+              max_device_snapshot_bytes: int | None = None) -> "SavePlan":
         """The plan of a save of ``items`` at ``path`` (resolved with
         ``storage_options``). ``node_local=k``: a multi-worker job's node-local
         checkpoint, ``path`` being this worker's own, with k replicas.
@@ -136,6 +145,7 @@ class SavePlan:
         (single-process full saves to local files; a multi-worker or object-store
         save with device values refuses it when it stages); incremental and
         node-local saves stage the whole state, without it.
+        ``max_device_snapshot_bytes``: see the class doc (``start`` uses it).
 
         Raises NotImplementedError for an incremental node-local save; ValueError for
         a bad budget, or a ``base`` without ``incremental``, at ``path`` itself or
@@ -147,6 +157,7 @@ class SavePlan:
                 "incremental saves of node-local tiers are not supported yet: save them with "
                 "incremental=False (docs/API.md section 18)")
         check_budget(max_pinned_bytes)
+        check_device_budget(max_device_snapshot_bytes)
         comm = resolve_comm(comm)
         sharded = any(isinstance(it.obj, (ShardedArray, PerWorker)) for it in items)
         if comm is None and sharded:  # blocks and rows are checked and assembled like
@@ -161,7 +172,9 @@ class SavePlan:
         return cls(tuple(items), store, p, shown, comm, route, tree=tree, graph=graph,
                    metadata=metadata, node_local=node_local, incremental=incremental,
                    base=_base(store, p, base, incremental, storage_options, full_save_every),
-                   max_pinned_bytes=max_pinned_bytes, on_device=has_device_values(live),
+                   max_pinned_bytes=max_pinned_bytes,
+                   max_device_snapshot_bytes=max_device_snapshot_bytes,
+                   on_device=has_device_values(live),
                    overlap=route is Route.FILES and stages_natively(store, p, live),
                    progress=progress)
 
@@ -197,6 +210,13 @@ class SavePlan:
         communicator cannot make a background one (its collectives run there)."""
         return self.route is not Route.NODE_LOCAL or bool(
             self.comm is not None and self.comm.background_capable)
+
+    def with_values(self, values: Sequence[Any]) -> "SavePlan":
+        """This plan with its one-process values replaced by ``values`` (a snapshot of
+        them: DeviceArrays and host arrays of the same shapes and dtypes)."""
+        items = tuple(Item(it.key, v, v if it.obj is it.array else it.obj)
+                      for it, v in zip(self.items, values))
+        return dataclasses.replace(self, items=items)
 
     def on_host(self, staged: Sequence[np.ndarray]) -> "SavePlan":
         """This plan with its values replaced by their host copies ``staged``."""
@@ -337,6 +357,8 @@ class PendingSave:
         self._error: BaseException | None = None
         self._cleanup = cleanup
         self._job: jobs.Job | None = None
+        #: how ``start`` copied the values aside (None: not started by ``start``)
+        self.staging: StagingReport | None = None
         if work is not None:  # a job (jobs.py): a pending save finishes at interpreter exit
             self._job = jobs.submit(lambda: self._run(work, then, release), "pyckpt-save")
 
@@ -406,11 +428,14 @@ class PendingSave:
 class Background:
     """What one owner's background saves keep from one save to the next (a manager's):
     the staging buffers (reused when shapes and dtypes match; ``warm`` allocates them
-    ahead, ``release`` frees them) and, for node-local saves, the communicator their
-    background part runs its collectives on."""
+    ahead, ``release`` frees them), the device snapshot buffers (``snapshot``:
+    device/snapshot.py, within ``max_device_snapshot_bytes``) and, for node-local
+    saves, the communicator their background part runs its collectives on."""
 
-    def __init__(self, max_pinned_bytes: int | None = None) -> None:
+    def __init__(self, max_pinned_bytes: int | None = None,
+                 max_device_snapshot_bytes: int | None = None) -> None:
         self.buffers = StagingBuffers(max_pinned_bytes)
+        self.snapshot = DeviceSnapshot(max_device_snapshot_bytes)
         self._warming: jobs.Job | None = None
         self.comm: Communicator | None = None
 
@@ -419,6 +444,11 @@ class Background:
         if self._warming is not None:
             self._warming.join()
             self._warming = None
+
+    def warming(self) -> jobs.Job | None:
+        """``warm``'s allocation while it runs (None once it ended, or none started)."""
+        job = self._warming
+        return job if job is not None and not job.done() else None
 
     def get(self, keys: list[str], srcs: list[Any], *,
             ring_from: int | None = None) -> list[np.ndarray]:
@@ -431,12 +461,14 @@ class Background:
         small, and sized by the first save); host values alone: nothing to do."""
         if self.buffers.max_pinned_bytes is not None or not has_device_values(srcs):
             return
-        self._warming = jobs.submit(lambda: self.buffers.get(keys, srcs),
+        self.ready()
+        self._warming = jobs.submit(lambda: self.buffers.get(keys, srcs, copy_host=False),
                                     "pyckpt-warm-staging", daemon=True)
 
     def release(self) -> None:
         self.ready()
         self.buffers.release()
+        self.snapshot.release()
 
     def background_comm(self, comm: Communicator) -> Communicator:
         """Collective: the background communicator of node-local saves, made at the first
@@ -448,30 +480,79 @@ class Background:
         return self.comm
 
 
+@dataclasses.dataclass
+class StagingReport:
+    """How a background save copied its values aside (``PendingSave.staging``; a
+    manager's ``last_staging``).
+
+    - ``route``: ``"device"`` (a snapshot in device memory, drained to storage in
+      the background), ``"pinned"`` (one copy into the pinned pool in the call),
+      ``"ring"`` (through the ring of ``max_pinned_bytes`` in the call),
+      ``"plain"`` (into plain host memory in the call: the pinned pool was being
+      prepared in the background), ``"host"`` (no device values: host copies),
+      ``"blocking"`` (saved in the call: ``SavePlan.can_background`` is False).
+    - ``device_bytes``: device memory the owner's snapshot buffers hold.
+    - ``pinned_bytes``: pinned host memory of the staging buffers the save used
+      (the device route: set once its drain took them).
+    - ``plain_bytes``: plain host memory the save staged its device values into.
+    - ``blocked_seconds``: how long the call took (a manager's: its whole ``save``).
+    """
+
+    route: str = "host"
+    device_bytes: int = 0
+    pinned_bytes: int = 0
+    plain_bytes: int = 0
+    blocked_seconds: float = 0.0
 
 
 def start(plan: SavePlan, *, keep: Background | None = None,
           then: Callable[[BaseException | None], Any] | None = None) -> PendingSave:
-    """``write`` in the background, in every mode: returns once every value is copied
-    aside into staging buffers (one host copy of the state, pinned for device values;
-    ``keep``'s, else the process-wide ones kept for the next save:
-    ``pyckpt.device.release_staging_memory()`` frees them). With several workers (or
-    sharded values) every worker calls it at the same point: the collectives that
-    plan the save run here, and the background part talks through the store only
-    (docs/PROTOCOL.md section 6b); a node-local save's background part runs its
-    collectives on ``keep``'s background communicator (section 7b), and is saved
-    blocking where the communicator cannot make one (``SavePlan.can_background``).
-    ``then(error)`` runs in the background thread once the save ended (its error
-    becomes the save's). A plan with ``progress`` is refused: its monitor lives in
-    the caller's context, which a background save outlives."""
+    """``write`` in the background, in every mode: returns once the caller may change
+    the values (``PendingSave.staging`` says how they were copied aside). With
+    several workers (or sharded values) every worker calls it at the same point: the
+    collectives that plan the save run here, and the background part talks through
+    the store only (docs/PROTOCOL.md section 6b); a node-local save's background part
+    runs its collectives on ``keep``'s background communicator (section 7b), and is
+    saved blocking where the communicator cannot make one
+    (``SavePlan.can_background``). ``then(error)`` runs in the background thread
+    once the save ended (its error becomes the save's). A plan with ``progress`` is
+    refused: its monitor lives in the caller's context, which a background save
+    outlives.
+
+    The values are copied into staging buffers: ``keep``'s, else the process-wide
+    ones kept for the next save (``pyckpt.device.release_staging_memory()`` frees
+    them). A one-process save of values in device memory takes the first of:
+
+    1. a snapshot in device memory (device/snapshot.py) when it fits
+       ``max_device_snapshot_bytes`` (the plan's, or ``keep``'s): the call issues
+       device-to-device copies on the caller's stream and returns; the background
+       thread waits for them, drains the snapshot through the pinned buffers (or
+       ring) and writes. One snapshot per owner at a time: the call waits until the
+       previous save's snapshot left the device;
+    2. the pinned pool, when it is ready (allocated, of the state's size; or a ring
+       within ``max_pinned_bytes``): one copy into it in the call;
+    3. plain host memory, while the pinned pool is prepared in the background
+       (``Background.warm``; the process-wide pool likewise), never in the call."""
+    t0 = time.perf_counter()
     if plan.progress is not None:
         raise ValueError("progress= cannot be combined with blocking=False (yet): poll "
                          "the returned handle's done() instead")
     if not plan.can_background:
         handle = PendingSave(plan.shown)
+        handle.staging = StagingReport("blocking")
         handle._run(lambda: write(plan), then)
+        handle.staging.blocked_seconds = time.perf_counter() - t0
         return handle
     turn = ordering.take(_place(plan), blocking=False)  # in call order
+    if not plan.multi and plan.on_device:
+        try:
+            handle = _start_device(plan, turn, keep, then)
+        except BaseException:
+            turn.end()
+            raise
+        assert handle.staging is not None  # (_start_device reports its route)
+        handle.staging.blocked_seconds = time.perf_counter() - t0
+        return handle
     if keep is not None:  # its own budget (the manager's max_pinned_bytes)
         buffers, get, release = keep.buffers, keep.get, None
     else:
@@ -486,13 +567,142 @@ def start(plan: SavePlan, *, keep: Background | None = None,
         else:
             staging = get(plan.keys, plan.live, ring_from=plan.ring_from)
             work, cleanup = stage(plan, staging, ring=buffers.ring_items), None
-        return PendingSave(plan.shown, _in_turn(turn, work), then=then, release=release,
-                           cleanup=cleanup)
+        handle = PendingSave(plan.shown, _in_turn(turn, work), then=then, release=release,
+                             cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
         turn.end()
         if release is not None:
             release()
         raise
+    route = "pinned" if plan.on_device else "host"
+    handle.staging = StagingReport(route, pinned_bytes=buffers.pinned_bytes if plan.on_device
+                                   else 0, blocked_seconds=time.perf_counter() - t0)
+    return handle
+
+
+def _start_device(plan: SavePlan, turn: ordering.Turn, keep: Background | None,
+                  then: Callable[[BaseException | None], Any] | None) -> PendingSave:
+    """``start`` of a one-process plan with values in device memory: its three routes
+    (``start``'s doc), in its turn."""
+    live = plan.live
+    snap = keep.snapshot if keep is not None else \
+        shared_snapshot(plan.max_device_snapshot_bytes)
+    # (no wait for the previous save where it cannot fit; a pinned budget the save
+    # cannot stage within is refused in the call, by the pinned route)
+    use = (plan.max_pinned_bytes is None or plan.ring_from is not None) and snap.fits(live)
+    if use:
+        snap.hold()  # the previous save's snapshot has left the device
+        try:
+            use = snap.fits(live) and snap.prepare(live)
+            if use:
+                values, tickets = snap.take(live)
+            else:
+                snap.unhold()
+        except BaseException:
+            snap.unhold()
+            raise
+    if use:
+        report = StagingReport("device", device_bytes=snap.device_bytes)
+        try:
+            handle = PendingSave(plan.shown, _drain(plan, values, tickets, snap, turn, keep,
+                                                    report), then=then)
+        except BaseException:
+            snap.unhold()
+            raise
+        handle.staging = report
+        return handle
+    warm: jobs.Job | None = None
+    release: Callable[[], None] | None = None
+    if keep is not None:
+        buffers = keep.buffers
+        warm = keep.warming()
+        if warm is None and not buffers.ready_for(live):
+            keep.warm(plan.keys, live)
+            warm = keep.warming()
+    else:
+        buffers, release = lease_shared(plan.max_pinned_bytes)
+        if not buffers.ready_for(live):
+            release()
+            keys = plan.keys
+            warm = jobs.submit(lambda: warm_shared(keys, live), "pyckpt-warm-staging",
+                               daemon=True)
+    if warm is not None:  # stage into plain memory, while the pool is pinned
+        buffers = StagingBuffers(plan.max_pinned_bytes, pinned=False)
+        release = buffers.release
+    try:
+        staging = buffers.get(plan.keys, live, ring_from=plan.ring_from)
+        work = stage(plan, staging, ring=buffers.ring_items)
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    in_turn = _in_turn(turn, work)
+
+    def then_warm() -> Any:  # the save ends once the pool it prepared is ready
+        try:
+            return in_turn()
+        finally:
+            if warm is not None:
+                warm.join()
+
+    handle = PendingSave(plan.shown, then_warm, then=then, release=release)
+    route = "plain" if warm is not None else "ring" if buffers.ring_items else "pinned"
+    handle.staging = StagingReport(
+        route, device_bytes=snap.device_bytes,
+        pinned_bytes=0 if warm is not None else buffers.pinned_bytes,
+        plain_bytes=buffers.pinned_bytes if warm is not None else 0)
+    return handle
+
+
+def _drain(plan: SavePlan, values: list[Any], tickets: list[Ticket], snap: DeviceSnapshot,
+           turn: ordering.Turn, keep: Background | None,
+           report: StagingReport) -> Callable[[], Any]:
+    """The background part of a save snapshotted in device memory (``values``, landing
+    as ``tickets`` complete): waits for the snapshot, stages it through the owner's
+    pinned buffers (or ring; ``engine.detached()``: after nothing the caller queued
+    since), gives the snapshot buffers back once it left the device, then writes and
+    commits in the plan's turn."""
+    def work() -> Any:
+        done: Callable[[], None] | None = None
+        try:
+            try:
+                _wait_every(tickets)
+                if keep is not None:
+                    keep.ready()
+                    buffers = keep.buffers
+                else:
+                    buffers, done = lease_shared(plan.max_pinned_bytes)
+                with contextlib.ExitStack() as scope:
+                    for eng in {v.engine for v in values if isinstance(v, DeviceArray)}:
+                        scope.enter_context(eng.detached())
+                    staging = buffers.get(plan.keys, values, copy_host=False,
+                                          ring_from=plan.ring_from)
+                    report.pinned_bytes = buffers.pinned_bytes
+                    finish = stage(plan.with_values(values), staging, ring=buffers.ring_items)
+            finally:
+                snap.unhold()
+            with turn.held():
+                return finish()
+        finally:
+            turn.end()
+            values.clear()  # hold no view of the device buffers once done (release frees)
+            if done is not None:
+                done()
+
+    return work
+
+
+def _wait_every(tickets: Sequence[Ticket]) -> None:
+    """Waits for every ticket, also after an error (no copy lands in a buffer given
+    back), and raises the first error."""
+    first: BaseException | None = None
+    for t in tickets:
+        try:
+            t.wait()
+        except BaseException as e:  # noqa: BLE001 - the first one is raised below
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def run(plan: SavePlan, *, blocking: bool = True, max_async_bytes: int | None = None,

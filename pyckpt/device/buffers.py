@@ -13,6 +13,10 @@ Bounds: the pinned buffer of an engine is the state's device bytes plus 256-byte
 alignment per value (far below 64 MiB for any real model); it is re-allocated
 smaller when the state shrinks by more than 64 MiB. ``release()`` frees it all.
 
+``StagingBuffers(pinned=False)`` is the same with plain memory (pre-touched,
+``host_memory.touched``): what a first background save stages into while the
+pinned pool is prepared in the background, so that it never waits for pinning.
+
 ``CheckpointManager`` keeps one StagingBuffers (released by ``close()``); plain
 ``pyckpt.save`` calls share a process-wide one whose pinned buffers are kept
 (its host-value buffers are dropped after each save), freed by
@@ -35,10 +39,12 @@ import numpy as np
 
 from .array import DeviceArray
 from .engine import CopyEngine
+from .host_memory import touched
 from .loading import bounce_bytes, release_bounce_buffers
+from .snapshot import release_shared
 
 __all__ = ["StagingBuffers", "PinnedPool", "check_budget", "lease_shared", "pinned_memory_kept",
-           "release_staging_memory"]
+           "release_staging_memory", "warm_shared"]
 
 _ALIGN = 256
 _SLACK = 64 << 20  # a pinned buffer larger than needed by more than this is re-allocated
@@ -100,10 +106,14 @@ class StagingBuffers:
     With ``max_pinned_bytes`` the pinned memory per copy engine stays within that
     budget: the large device values are staged through a ring (``ring.py``) that
     ``get`` sizes to what the small ones leave of the budget, and names in
-    ``ring_items`` (item index -> its engine's ring buffer)."""
+    ``ring_items`` (item index -> its engine's ring buffer).
 
-    def __init__(self, max_pinned_bytes: int | None = None) -> None:
+    ``pinned=False``: the engines' buffers are plain (pre-touched) host memory
+    instead (``pinned_bytes`` then counts them all the same)."""
+
+    def __init__(self, max_pinned_bytes: int | None = None, *, pinned: bool = True) -> None:
         self.max_pinned_bytes = check_budget(max_pinned_bytes)
+        self.pinned = pinned
         self._host: dict[str, np.ndarray] = {}
         self._slabs: dict[CopyEngine, np.ndarray] = {}
         self._rings: dict[CopyEngine, np.ndarray] = {}
@@ -124,6 +134,14 @@ class StagingBuffers:
     def host_bytes(self) -> int:
         """Bytes of plain host buffers held."""
         return sum(a.nbytes for a in self._host.values())
+
+    def ready_for(self, srcs: Sequence[Any]) -> bool:
+        """Whether ``get`` of ``srcs`` would allocate no pinned memory for their device
+        values (with a budget: True, its ring is small and allocated at once)."""
+        if self.max_pinned_bytes is not None:
+            return True
+        need = _engine_bytes(srcs)
+        return all(_fits(self._slabs.get(eng), n) for eng, n in need.items())
 
     def hold(self, block: bool = True) -> bool:
         """Reserves the buffers for one save, until ``unhold()`` (after its last
@@ -196,7 +214,7 @@ class StagingBuffers:
             if largest.get(eng) is None or srcs[i].nbytes > srcs[largest[eng]].nbytes:
                 largest[eng] = i
         for eng in [e for e in self._rings if e not in largest]:
-            eng.free_host(self._rings.pop(eng))
+            self._free(eng, self._rings.pop(eng))
         for eng, i in largest.items():
             size = (budget - small.get(eng, 0)) // _ALIGN * _ALIGN
             if _aligned(srcs[i].nbytes) > size:
@@ -209,7 +227,7 @@ class StagingBuffers:
 
     def _fit(self, need: dict[CopyEngine, int], slack: int = _SLACK) -> None:
         for eng in [e for e in self._slabs if e not in need]:
-            eng.free_host(self._slabs.pop(eng))
+            self._free(eng, self._slabs.pop(eng))
         for eng, n in need.items():
             self._refit(self._slabs, eng, n, slack)
 
@@ -220,20 +238,24 @@ class StagingBuffers:
         if _fits(buf, n, slack):
             return
         if buf is not None:
-            eng.free_host(held.pop(eng))
+            self._free(eng, held.pop(eng))
         t0 = time.perf_counter()
-        held[eng] = eng.alloc_host(n)
+        held[eng] = eng.alloc_host(n) if self.pinned else touched(n)
         self.last_alloc_seconds = time.perf_counter() - t0
         self.allocations += 1
+
+    def _free(self, eng: CopyEngine, buf: np.ndarray) -> None:
+        if self.pinned:
+            eng.free_host(buf)
 
     def release(self) -> None:
         """Frees every buffer (the next save allocates again); waits for a save
         that holds them."""
         with self._lock:
             for eng, slab in self._slabs.items():
-                eng.free_host(slab)
+                self._free(eng, slab)
             for eng, ring in self._rings.items():
-                eng.free_host(ring)
+                self._free(eng, ring)
             self._slabs.clear()
             self._rings.clear()
             self.ring_items = {}
@@ -308,6 +330,22 @@ def lease_shared(max_pinned_bytes: int | None = None) -> tuple[StagingBuffers, C
     return private, private.release
 
 
+def warm_shared(keys: Sequence[str], srcs: Sequence[Any]) -> bool:
+    """Allocates (pins) the process-wide staging buffers for the device values among
+    ``srcs``, for the next plain ``pyckpt.save`` without a pinned budget (run in a
+    background thread while a save stages into plain memory); False, doing nothing,
+    while a save holds them."""
+    if not _SHARED.hold(block=False):
+        return False
+    try:
+        _SHARED.max_pinned_bytes = None
+        _SHARED.get(keys, srcs, copy_host=False)
+        return True
+    finally:
+        _SHARED._host.clear()
+        _SHARED.unhold()
+
+
 def pinned_memory_kept() -> int:
     """Bytes of page-locked host memory pyckpt keeps between calls: the staging
     buffers of plain ``pyckpt.save`` calls and the bounce buffers of loads into
@@ -317,8 +355,10 @@ def pinned_memory_kept() -> int:
 
 
 def release_staging_memory() -> None:
-    """Frees the pinned staging buffers that plain ``pyckpt.save`` calls keep for the
-    next save, and the bounce buffers kept by loads into device memory (a
-    manager's staging buffers are freed by its ``close()``)."""
+    """Frees the pinned staging buffers and the device snapshot buffers
+    (``snapshot.py``) that plain ``pyckpt.save`` calls keep for the next save, and
+    the bounce buffers kept by loads into device memory (a manager's staging and
+    snapshot buffers are freed by its ``close()``)."""
+    release_shared()
     _SHARED.release()
     release_bounce_buffers()

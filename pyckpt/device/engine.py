@@ -21,20 +21,40 @@ live in host memory). Contract:
 - ``empty_like(src)``: a new DeviceArray of the same shape and dtype, on the
   same device.
 
+Device snapshots (``device/snapshot.py``: a background save copies the state
+into spare device memory and drains it to storage later):
+
+- ``device_memory(device)``: (free, total) bytes of that device's memory, as the
+  driver reports them; (0, 0) for an engine that keeps no snapshots in device
+  memory (the default: the snapshot route is never taken).
+- ``alloc_device(nbytes, like)`` / ``free_device(buf)``: a 1-D uint8
+  DeviceArray on ``like``'s device, and giving it back;
+  ``carve(buf, offset, like)``: a DeviceArray of ``like``'s shape and dtype
+  that is the bytes of ``buf`` from ``offset`` on.
+- ``snapshot(srcs, dsts)``: device-to-device copies ordered on the caller's
+  current stream after the work already queued there (later work of the caller
+  cannot change what is copied), without a host synchronisation; one Ticket,
+  done once every copy landed.
+- ``detached()``: a context in which ``to_host`` orders its copies after nothing
+  the caller queues meanwhile (for copies out of a snapshot, whose ticket was
+  waited for first): by default the same as outside it.
+
+
 Destination host arrays are C-contiguous, of the source's shape and dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import numpy as np
 
 from .._native import core as _core
 from .array import DeviceArray
 
-__all__ = ["CopyEngine", "Ticket", "HostCopyEngine", "DoneTicket", "wait_all"]
+__all__ = ["CopyEngine", "Ticket", "HostCopyEngine", "DoneTicket", "wait_all", "carve_array"]
 
 
 class Ticket(ABC):
@@ -99,6 +119,33 @@ class CopyEngine(ABC):
         return None
 
 
+    # -- device snapshots (module doc) -------------------------------------------------
+    def device_memory(self, device: str) -> tuple[int, int]:
+        """(free, total) bytes of ``device``'s memory; (0, 0): no snapshots there."""
+        return (0, 0)
+
+    def alloc_device(self, nbytes: int, like: DeviceArray) -> DeviceArray:
+        """A 1-D uint8 DeviceArray of ``nbytes`` on ``like``'s device."""
+        raise NotImplementedError(f"the {self.name} engine keeps no buffers in device memory")
+
+    def free_device(self, buf: DeviceArray) -> None:
+        """Gives back a buffer of ``alloc_device`` (once no copy uses it)."""
+        return None
+
+    def carve(self, buf: DeviceArray, offset: int, like: DeviceArray) -> DeviceArray:
+        """The bytes of ``buf`` from ``offset`` on as a DeviceArray like ``like``."""
+        raise NotImplementedError(f"the {self.name} engine keeps no buffers in device memory")
+
+    def snapshot(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> Ticket:
+        """Device-to-device copies on the caller's stream, one ticket (module doc)."""
+        self.copy(srcs, dsts)
+        return DoneTicket()
+
+    def detached(self) -> ContextManager[Any]:
+        """A context for copies out of a snapshot (module doc)."""
+        return contextlib.nullcontext()
+
+
 class HostCopyEngine(CopyEngine):
     """The engine of DeviceArrays whose ``obj`` is a host numpy array: every copy
     completes when issued (parallel, in the C++ core). Used for CPU values routed
@@ -124,6 +171,22 @@ class HostCopyEngine(CopyEngine):
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         return DeviceArray(np.empty(src.shape, dtype=src.dtype), src.shape, src.dtype,
                            src.device, self)
+
+
+    def alloc_device(self, nbytes: int, like: DeviceArray) -> DeviceArray:
+        buf = np.empty(int(nbytes), dtype=np.uint8)
+        return DeviceArray(buf, buf.shape, buf.dtype, like.device, self)
+
+    def carve(self, buf: DeviceArray, offset: int, like: DeviceArray) -> DeviceArray:
+        return DeviceArray(carve_array(buf.obj, offset, like), like.shape, like.dtype,
+                           like.device, self)
+
+
+def carve_array(buf: np.ndarray, offset: int, like: Any) -> np.ndarray:
+    """The bytes of the 1-D uint8 array ``buf`` from ``offset`` on, as an array of
+    ``like``'s shape and dtype (the host engines' ``carve``)."""
+    n = int(np.prod(like.shape, dtype=np.int64)) * np.dtype(like.dtype).itemsize
+    return buf[offset:offset + n].view(like.dtype).reshape(like.shape)
 
 
 _HOST = HostCopyEngine()

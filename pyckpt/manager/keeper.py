@@ -71,7 +71,8 @@ class RunKeeper(Records):
                  lease_seconds: float = 600.0, clock: Callable[[], float] = time.time,
                  comm: Communicator | None = None, node_local: int | None = None,
                  incremental: bool = False, full_save_every: int | None = 10,
-                 max_pinned_bytes: int | None = None) -> None:
+                 max_pinned_bytes: int | None = None,
+                 max_device_snapshot_bytes: int | None = None) -> None:
         store, path = resolve(directory, storage_options)
         lease = WriterLease(store, path, lease_seconds, clock)
         super().__init__(store, path, checkpoint_name, lease, max_to_keep=max_to_keep,
@@ -87,7 +88,12 @@ class RunKeeper(Records):
         self._full_every = full_save_every
         self.max_pinned_bytes = max_pinned_bytes
         # staging buffers kept between saves (a ring within max_pinned_bytes, if given)
-        self.background = saving.Background(max_pinned_bytes)
+        # and the device snapshot buffers (within max_device_snapshot_bytes)
+        self.background = saving.Background(max_pinned_bytes, max_device_snapshot_bytes)
+        #: how the last background save copied the state aside (``saving.StagingReport``,
+        #: its ``blocked_seconds`` the whole ``save`` call; the device route's
+        #: ``pinned_bytes`` is set once its drain took the buffers); None before one
+        self.last_staging: saving.StagingReport | None = None
         self._pending: saving.PendingSave | None = None
         # a failed multi-worker background save whose error was already raised (by
         # wait_until_finished): its files are removed at the next settle
@@ -104,6 +110,7 @@ class RunKeeper(Records):
     def save(self, checkpoint_number: Any = None, check_interval: bool = True,
              blocking: bool = True, metrics: dict | None = None) -> str | None:
         """Steps 1-7 (module doc): the new checkpoint's path, or None when skipped."""
+        t0 = time.perf_counter()
         comm = resolve_comm(self._comm)
         multi = comm is not None and comm.world_size > 1
         if comm is not None and multi and self._unsettled:
@@ -126,6 +133,9 @@ class RunKeeper(Records):
             url, pending = self._save_numbered(checkpoint_number, metrics, blocking, comm,
                                                multi, lead)
             self._pending = pending
+            if pending is not None and pending.staging is not None:
+                pending.staging.blocked_seconds = time.perf_counter() - t0  # the whole call
+                self.last_staging = pending.staging
             return url
         finally:
             if lead and pending is None:

@@ -99,7 +99,9 @@ class CheckpointManager:
                 checkpoint, directory, max_to_keep, step_counter=step_counter,
                 checkpoint_interval=checkpoint_interval,
                 max_async_bytes=staging.max_async_bytes,
-                max_pinned_bytes=staging.max_pinned_bytes, **incremental, **durable)
+                max_pinned_bytes=staging.max_pinned_bytes,
+                max_device_snapshot_bytes=staging.max_device_snapshot_bytes, **incremental,
+                **durable)
             return
         c = resolve_comm(options.comm)
         world = 1 if c is None else c.world_size
@@ -111,7 +113,9 @@ class CheckpointManager:
                           max_async_bytes=staging.max_async_bytes,
                           lease_seconds=options.lease_seconds, clock=options.clock,
                           comm=options.comm, node_local=tier.replicate if several else None,
-                          max_pinned_bytes=staging.max_pinned_bytes, **incremental)
+                          max_pinned_bytes=staging.max_pinned_bytes,
+                          max_device_snapshot_bytes=staging.max_device_snapshot_bytes,
+                          **incremental)
         # the durable tier only receives copies: no staging buffers
         kept = RunKeeper(checkpoint, directory, max_to_keep, max_async_bytes=0, **incremental,
                          **durable)
@@ -158,6 +162,14 @@ class CheckpointManager:
         interval says it is too soon. With ``blocking=False`` it returns once the
         state is copied to host memory and finishes in the background."""
         return self._keeper.save(checkpoint_number, check_interval, blocking, metrics)
+
+    @property
+    def last_staging(self) -> Any:
+        """How the last ``save(blocking=False)`` copied the state aside (a
+        ``StagingReport``: route, device and pinned bytes held, seconds the call
+        blocked; tiered: the local tier's), or None before one."""
+        keeper = self._tiers.local if self._tiers is not None else self._keeper
+        return getattr(keeper, "last_staging", None)
 
     def wait_until_finished(self) -> None:
         """Waits for an async save (tiered: and the persist in flight); raises its error

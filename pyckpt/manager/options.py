@@ -16,6 +16,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..device.buffers import check_budget
+from ..device.snapshot import check_device_budget
 
 if TYPE_CHECKING:
     from ..workers.comm import Communicator
@@ -55,10 +56,18 @@ class AsyncOptions:
     - ``max_pinned_bytes``: device values are staged through a ring of at most this
       much pinned memory per device instead of a pinned copy of the whole state
       (docs/API.md section 10); None: no budget.
+    - ``max_device_snapshot_bytes``: a background save of values in device memory
+      first copies them into device buffers kept between saves (a device-to-device
+      copy: the call returns after it) and drains that snapshot to storage in the
+      background, when the state's device bytes fit this per device; None
+      (automatic): when they fit the device's free memory less max(2 GiB, 10% of
+      the device's memory); 0: never (the values are copied to pinned host memory
+      in the call). The snapshot's device memory stays held until ``close()``.
     """
 
     max_async_bytes: int | None = None
     max_pinned_bytes: int | None = None
+    max_device_snapshot_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_async_bytes is not None and (not _is_number(self.max_async_bytes)
@@ -66,6 +75,7 @@ class AsyncOptions:
             raise ValueError(f"max_async_bytes must be None or a number of bytes >= 0, not "
                              f"{self.max_async_bytes!r}")
         check_budget(self.max_pinned_bytes)
+        check_device_budget(self.max_device_snapshot_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +193,7 @@ KEYWORDS: dict[str, str] = {
     "full_save_every": "incremental.full_save_every",
 }
 _DEFAULTS = CheckpointManagerOptions()
+_ASYNC = ("max_async_bytes", "max_pinned_bytes")
 _TIER = ("local_max_to_keep", "persist_every", "persist_interval_seconds", "replicate")
 _GROUPS = {"async_options": "AsyncOptions", "local_tier": "LocalTierOptions",
            "incremental": "IncrementalOptions"}
@@ -238,10 +249,10 @@ def _fold(options: CheckpointManagerOptions | None,
             if given and getattr(base, name) != getattr(_DEFAULTS, name):
                 raise _conflict(name, name)
             top[name] = old[name]
-    if "max_async_bytes" in old or "max_pinned_bytes" in old:
+    if any(name in old for name in _ASYNC):
         staging = base.async_options
         fields = {}
-        for name in ("max_async_bytes", "max_pinned_bytes"):
+        for name in _ASYNC:
             if name in old:
                 if getattr(staging, name) is not None:
                     raise _conflict(name, KEYWORDS[name])

@@ -10,9 +10,21 @@ engine. What it checks for the code under test:
   changed value, and the tests see it;
 - tickets complete in a shuffled order after a delay, so code that assumes
   completion in issue order, or never waits, reads unfilled buffers;
+- ``pause()`` holds back every copy issued from then on (they land only after
+  ``resume()``): a test sees what the code under test did before any copy
+  landed, and code that waits for a copy in the wrong place hangs (its ticket
+  times out after 30 s) instead of passing by luck;
 - ``fail_on(key)`` makes the copy of the array with that key fail, raised by
   its ``Ticket.wait``;
-- ``log`` records ("issue" | "land", direction, key) events in order.
+- ``log`` records ("issue" | "land", direction, key) events in order
+  (direction "d2h", "h2d", or "d2d" for ``snapshot``), and ("alloc", "pinned" |
+  "device", nbytes) for each ``alloc_host`` / ``alloc_device``;
+- device snapshots (``snapshot``): the source is read when the copy is issued
+  (the copy is ordered on the caller's stream before any later change) but the
+  destination is filled only when its ticket lands, late: code that reads a
+  snapshot before waiting for its ticket reads an unfilled buffer. The device
+  has ``device_free`` bytes free (None, the default: no device memory for
+  snapshots, ``device_memory`` says (0, 0)) of ``device_total``.
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..device.array import DeviceArray
-from ..device.engine import CopyEngine, Ticket
+from ..device.engine import CopyEngine, Ticket, carve_array
 
 __all__ = ["LateCopyEngine"]
 
@@ -45,19 +57,53 @@ class _LateTicket(Ticket):
             raise self.error
 
 
+class _AllTickets(Ticket):
+    """Done once every one of its tickets is; ``wait`` waits for all, raises the
+    first error."""
+
+    def __init__(self, tickets: list[Ticket]) -> None:
+        self.tickets = tickets
+
+    def done(self) -> bool:
+        return all(t.done() for t in self.tickets)
+
+    def wait(self) -> None:
+        first: BaseException | None = None
+        for t in self.tickets:  # every one, also after an error: none lands later
+            try:
+                t.wait()
+            except BaseException as e:  # noqa: BLE001 - the first one is raised below
+                first = first or e
+        if first is not None:
+            raise first
+
+
 class LateCopyEngine(CopyEngine):
     """Copies land ``delay`` seconds (at most) after issue, shuffled (module doc)."""
 
     name = "late"
 
-    def __init__(self, delay: float = 0.02, seed: int = 0) -> None:
+    def __init__(self, delay: float = 0.02, seed: int = 0,
+                 device_free: int | None = None, device_total: int = 80 << 30) -> None:
         self.delay = delay
+        self.device_free = device_free
+        self.device_total = device_total
+        self.device_allocs = 0
         self.rng = random.Random(seed)
         self.log: list[tuple[str, str, str]] = []
         self.failing: set[str] = set()
         self.host_allocs = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._gate = threading.Event()
+        self._gate.set()
+
+    def pause(self) -> None:
+        """Copies issued from now on land only after ``resume()`` (module doc)."""
+        self._gate.clear()
+
+    def resume(self) -> None:
+        self._gate.set()
 
     def array(self, a: np.ndarray, key: str = "", device: str = "late:0") -> DeviceArray:
         """``a`` as a DeviceArray of this engine (``key`` names it in the log)."""
@@ -83,8 +129,12 @@ class LateCopyEngine(CopyEngine):
         order = list(range(len(pairs)))
         self.rng.shuffle(order)
 
+        gate = self._gate if not self._gate.is_set() else None
+
         def land() -> None:
             time.sleep(self.delay)
+            if gate is not None:
+                gate.wait(60)
             for i in order:
                 src, dst, key = pairs[i]
                 t = tickets[i]
@@ -117,7 +167,30 @@ class LateCopyEngine(CopyEngine):
 
     def alloc_host(self, nbytes: int) -> np.ndarray:
         self.host_allocs += 1
+        self._record("alloc", "pinned", str(int(nbytes)))
         return super().alloc_host(nbytes)
+
+    # -- device snapshots --------------------------------------------------------------
+    def device_memory(self, device: str) -> tuple[int, int]:
+        if self.device_free is None:
+            return (0, 0)
+        return (self.device_free, self.device_total)
+
+    def alloc_device(self, nbytes: int, like: DeviceArray) -> DeviceArray:
+        self.device_allocs += 1
+        self._record("alloc", "device", str(int(nbytes)))
+        return self.array(np.empty(int(nbytes), dtype=np.uint8), f"slab{self.device_allocs}",
+                          like.device)
+
+    def carve(self, buf: DeviceArray, offset: int, like: DeviceArray) -> DeviceArray:
+        return self.array(carve_array(buf.obj, offset, like), self.key_of(like) + "@snap",
+                          like.device)
+
+    def snapshot(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> Ticket:
+        # read now (stream-ordered before the caller's later work), landed late
+        pairs = [(s.obj.copy(), d.obj, self.key_of(s)) for s, d in zip(srcs, dsts)]
+        tickets = self._issue(pairs, "d2d")
+        return _AllTickets(tickets)
 
     def synchronize(self) -> None:
         for th in list(self._threads):
