@@ -42,7 +42,8 @@ from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
 from .device.buffers import StagingBuffers, check_budget, lease_shared, warm_shared
 from .device.engine import Ticket
-from .device.snapshot import DeviceSnapshot, check_device_budget, shared_snapshot
+from .device.snapshot import (DeviceSnapshot, check_device_budget, device_need,
+                              shared_snapshot)
 from .device.staging import has_device_values, stage_values
 from .engine.options import DEFAULT
 from .workers import background, node_local
@@ -589,11 +590,12 @@ def _start_device(plan: SavePlan, turn: ordering.Turn, keep: Background | None,
         shared_snapshot(plan.max_device_snapshot_bytes)
     # (no wait for the previous save where it cannot fit; a pinned budget the save
     # cannot stage within is refused in the call, by the pinned route)
-    use = (plan.max_pinned_bytes is None or plan.ring_from is not None) and snap.fits(live)
+    need = device_need(live)
+    use = (plan.max_pinned_bytes is None or plan.ring_from is not None) and snap.fits(need)
     if use:
         snap.hold()  # the previous save's snapshot has left the device
         try:
-            use = snap.fits(live) and snap.prepare(live)
+            use = snap.fits(need) and snap.prepare(live, need)
             if use:
                 values, tickets = snap.take(live)
             else:

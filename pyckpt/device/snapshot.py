@@ -32,8 +32,8 @@ from .._native import core as _core
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket
 
-__all__ = ["DeviceSnapshot", "check_device_budget", "MARGIN_BYTES", "MARGIN_FRACTION",
-           "shared_snapshot", "release_shared", "snapshot_memory_kept"]
+__all__ = ["DeviceSnapshot", "check_device_budget", "device_need", "MARGIN_BYTES",
+           "MARGIN_FRACTION", "shared_snapshot", "release_shared", "snapshot_memory_kept"]
 
 _ALIGN = 256
 #: the automatic budget leaves at least this much of a device's memory free...
@@ -55,15 +55,36 @@ def check_device_budget(max_device_snapshot_bytes: Any) -> int | None:
     return v
 
 
-def _need(srcs: Sequence[Any]) -> dict[tuple[CopyEngine, str], int]:
+def device_need(srcs: Sequence[Any]) -> dict[tuple[CopyEngine, str], int]:
     """Aligned device bytes of the DeviceArrays among ``srcs`` per (engine, device), in
-    order of first appearance."""
+    order of first appearance: what a snapshot of them takes (``fits``, ``prepare``)."""
     need: dict[tuple[CopyEngine, str], int] = {}
     for s in srcs:
         if isinstance(s, DeviceArray):
             k = (s.engine, s.device)
             need[k] = need.get(k, 0) + _aligned(s.nbytes)
     return need
+
+
+class _Layout:
+    """The slices of a snapshot's buffers for one layout of values: ``carved`` (per
+    value: its slice, None for a host value), ``groups`` ((engine, indices, slices)
+    per engine) and ``host`` (the indices of the host values)."""
+
+    __slots__ = ("carved", "groups", "host")
+
+    def __init__(self, carved: list[DeviceArray | None]) -> None:
+        self.carved = carved
+        by: dict[CopyEngine, tuple[list[int], list[DeviceArray]]] = {}
+        self.host: list[int] = []
+        for i, d in enumerate(carved):
+            if d is None:
+                self.host.append(i)
+            else:
+                idx, dsts = by.setdefault(d.engine, ([], []))
+                idx.append(i)
+                dsts.append(d)
+        self.groups = [(eng, idx, dsts) for eng, (idx, dsts) in by.items()]
 
 
 class DeviceSnapshot:
@@ -73,7 +94,7 @@ class DeviceSnapshot:
         self.max_bytes = check_device_budget(max_bytes)
         self._slabs: dict[tuple[CopyEngine, str], DeviceArray] = {}
         # the slices of the buffers, per value, for the layout they were carved for
-        self._carved: tuple[tuple, list[DeviceArray | None]] | None = None
+        self._carved: tuple[tuple, _Layout] | None = None
         self._lock = threading.Lock()
         #: how many device buffers were allocated so far (tests count them)
         self.allocations = 0
@@ -91,11 +112,10 @@ class DeviceSnapshot:
     def unhold(self) -> None:
         self._lock.release()
 
-    def fits(self, srcs: Sequence[Any]) -> bool:
-        """Whether a snapshot of the device values among ``srcs`` fits the budget of
-        every device (module doc); False without device values, or for an engine
-        that keeps no snapshots."""
-        need = _need(srcs)
+    def fits(self, need: dict[tuple[CopyEngine, str], int]) -> bool:
+        """Whether a snapshot of ``need`` (``device_need``) fits the budget of every
+        device (module doc); False without device values, or for an engine that
+        keeps no snapshots."""
         if not need or self.max_bytes == 0:
             return False
         if self.max_bytes is not None:
@@ -110,11 +130,11 @@ class DeviceSnapshot:
                 return False
         return True
 
-    def prepare(self, srcs: Sequence[Any]) -> bool:
-        """Makes the device buffers fit the device values among ``srcs`` (call
-        ``hold()`` first): kept when their size matches, else allocated anew. False
-        (nothing held any more) when a device cannot give the memory."""
-        need = _need(srcs)
+    def prepare(self, srcs: Sequence[Any], need: dict[tuple[CopyEngine, str], int]) -> bool:
+        """Makes the device buffers fit the device values among ``srcs`` (``need``:
+        their ``device_need``; call ``hold()`` first): kept when their size matches,
+        else allocated anew. False (nothing held any more) when a device cannot give
+        the memory."""
         for k in [k for k in self._slabs if k not in need or self._slabs[k].nbytes != need[k]]:
             k[0].free_device(self._slabs.pop(k))
             self._carved = None
@@ -143,25 +163,16 @@ class DeviceSnapshot:
         sig = tuple((s.engine, s.device, s.shape, s.dtype) if isinstance(s, DeviceArray)
                     else None for s in srcs)
         if self._carved is None or self._carved[0] != sig:
-            self._carved = (sig, self._carve(srcs))
-        carved = self._carved[1]
-        out: list[Any] = []
-        pairs: dict[CopyEngine, tuple[list[DeviceArray], list[DeviceArray]]] = {}
-        host_src: list[np.ndarray] = []
-        host_dst: list[np.ndarray] = []
-        for s, d in zip(srcs, carved):
-            if d is not None:
-                src, dst = pairs.setdefault(s.engine, ([], []))
-                src.append(s)
-                dst.append(d)
-                out.append(d)
-                continue
-            buf = np.empty(s.shape, dtype=s.dtype)
-            host_src.append(s)
-            host_dst.append(buf)
-            out.append(buf)
-        tickets = [eng.snapshot(src, dst) for eng, (src, dst) in pairs.items()]
-        if host_src:
+            self._carved = (sig, _Layout(self._carve(srcs)))
+        layout = self._carved[1]
+        out: list[Any] = list(layout.carved)
+        tickets = [eng.snapshot([srcs[i] for i in idx], dsts)
+                   for eng, idx, dsts in layout.groups]
+        if layout.host:
+            host_src = [srcs[i] for i in layout.host]
+            host_dst = [np.empty(h.shape, dtype=h.dtype) for h in host_src]
+            for i, buf in zip(layout.host, host_dst):
+                out[i] = buf
             _core.copy_arrays(host_src, host_dst, 0)
         return out, tickets
 

@@ -10,7 +10,8 @@ import pytest
 
 import pyckpt
 from pyckpt import AsyncOptions, CheckpointManagerOptions
-from pyckpt.device.snapshot import MARGIN_BYTES, DeviceSnapshot, snapshot_memory_kept
+from pyckpt.device.snapshot import (MARGIN_BYTES, DeviceSnapshot, device_need,
+                                    snapshot_memory_kept)
 
 from .conftest import tensor
 
@@ -201,9 +202,9 @@ def test_snapshot_buffers_follow_the_layout(fake_device):
     b = [fake_device.array(np.ones(3000, np.float32), "b")]
     snap.hold()
     try:
-        assert snap.prepare(a) and snap.prepare(a)
+        assert snap.prepare(a, device_need(a)) and snap.prepare(a, device_need(a))
         assert fake_device.device_allocs == 1
-        assert snap.prepare(b) and fake_device.device_allocs == 2  # re-fitted
+        assert snap.prepare(b, device_need(b)) and fake_device.device_allocs == 2  # re-fitted
         values, tickets = snap.take(b)
         for t in tickets:
             t.wait()
