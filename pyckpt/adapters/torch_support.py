@@ -87,11 +87,11 @@ def to_numpy(obj: Any) -> np.ndarray | DeviceArray | None:
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
+    if obj.layout is not torch.strided:
+        raise _not_strided(obj)
+    if obj.is_cuda:
+        return device_array(torch, obj)  # detached there (once: no _plain first)
     t = _plain(obj)
-    if t.layout is not torch.strided:
-        raise _not_strided(t)
-    if t.is_cuda:
-        return device_array(torch, t)
     if not t.is_cpu:
         t = t.cpu()
     if t.is_conj():
@@ -110,12 +110,12 @@ def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | DeviceA
     torch = _torch()
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
+    if obj.layout is not torch.strided:
+        raise _not_strided(obj)
+    lazy = obj.is_conj() or obj.is_neg()  # a view whose values torch computes on reading
+    if obj.is_cuda and not lazy:
+        return device_array(torch, obj)  # detached there (once: no _plain first)
     t = _plain(obj)
-    if t.layout is not torch.strided:
-        raise _not_strided(t)
-    lazy = t.is_conj() or t.is_neg()  # a view whose values torch computes on reading
-    if t.is_cuda and not lazy:
-        return device_array(torch, t)
     if t.is_cpu and not lazy:
         view = _ml_view(torch, t)
         return (view if view is not None else t.numpy()), None

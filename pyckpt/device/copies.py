@@ -11,7 +11,9 @@ values are copied in parallel by the C++ core.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, Sequence, Union, cast
 
 import numpy as np
 
@@ -24,6 +26,8 @@ __all__ = ["Value", "copy_values", "unwritable", "overlap"]
 
 #: A value as the copy routines see it: a host array or an array in device memory.
 Value = Union[np.ndarray, DeviceArray]
+
+_ENGINE, _DTYPE = attrgetter("engine"), attrgetter("dtype")
 
 
 def unwritable(arr: np.ndarray) -> str | None:
@@ -175,12 +179,33 @@ def copy_values(srcs: Sequence[Value], dsts: Sequence[Value], threads: int = 0) 
     - host to host: in parallel in the C++ core.
 
     A destination DeviceArray is always written on its device, never replaced.
+
+    A batch of DeviceArrays of one engine, each pair of one dtype (a snapshot or a
+    restore of device state), is checked for all values at once and handed to
+    ``engine.copy`` as it is, without sorting value by value.
     """
+    eng = _one_engine(srcs, dsts)
+    if eng is not None:  # (every value a DeviceArray: _one_engine checked)
+        eng.copy(cast(Sequence[DeviceArray], srcs), cast(Sequence[DeviceArray], dsts))
+        return
     routes = _Routes()
     for s, d in zip(srcs, dsts):
         routes.add(s, d)
     routes.run(threads)
     _forward(routes.bounce, threads)
+
+
+def _one_engine(srcs: Sequence[Value], dsts: Sequence[Value]) -> CopyEngine | None:
+    """The engine of every value when all are DeviceArrays of one engine and each pair
+    has one dtype (``copy_values``' device-to-device route for all of them), else None."""
+    if not srcs or len(srcs) != len(dsts) or not all(map(isinstance, srcs, repeat(DeviceArray))) \
+            or not all(map(isinstance, dsts, repeat(DeviceArray))):
+        return None
+    engines = set(map(_ENGINE, srcs))
+    engines.update(map(_ENGINE, dsts))
+    if len(engines) != 1 or list(map(_DTYPE, srcs)) != list(map(_DTYPE, dsts)):
+        return None
+    return engines.pop()
 
 
 def _for_device(host: np.ndarray, dst: DeviceArray) -> np.ndarray:

@@ -208,3 +208,107 @@ def test_snapshot_of_a_checkpoint_with_optimizer_state_restores(tmp_path):
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(got[name][key].to(value.device), value), (name, key)
+
+
+# -- the batched paths (issue 40 item 4) ----------------------------------------------------
+
+def dict_state(seed: int, n: int = 40) -> dict:
+    """Many small CUDA tensors of several dtypes, as a training state holds them."""
+    g = torch.Generator(device=DEV)
+    g.manual_seed(seed)
+    out = {}
+    for i in range(n):
+        out[f"w{i}"] = torch.randn(3 + i, 5, generator=g, device=DEV)
+    out["half"] = torch.randn(7, generator=g, device=DEV).to(torch.bfloat16)
+    out["step"] = torch.tensor(seed, device=DEV)
+    return out
+
+
+def test_snapshot_and_restore_of_many_tensors_are_one_batched_copy_each(monkeypatch):
+    from pyckpt.testing.spies import count_calls
+
+    src = pyckpt.Checkpoint(state=dict_state(1))
+    dst = pyckpt.Checkpoint(state=dict_state(2))
+    want = {k: t.clone() for k, t in src.state.items()}
+    foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+    snap = src.snapshot()
+    assert len(foreach) == 1
+    with torch.no_grad():  # queued right after the snapshot's copy, on the same stream
+        for t in src.state.values():
+            t.add_(1)
+    ptrs = {k: t.data_ptr() for k, t in dst.state.items()}
+    foreach.clear()
+    dst.restore(snap).assert_consumed()
+    assert len(foreach) == 1
+    assert {k: t.data_ptr() for k, t in dst.state.items()} == ptrs
+    for k, t in dst.state.items():
+        assert t.dtype == want[k].dtype and torch.equal(t, want[k]), k
+
+
+def test_snapshot_into_refills_its_buffers_in_one_batch(monkeypatch):
+    from pyckpt.testing.spies import count_calls
+
+    src = pyckpt.Checkpoint(state=dict_state(3))
+    snap = src.snapshot()
+    bufs = {k: snap[k].data_ptr() for k in snap.keys()}
+    with torch.no_grad():
+        for t in src.state.values():
+            t.mul_(2)
+    want = {k: t.clone() for k, t in src.state.items()}
+    foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+    snap2 = src.snapshot(into=snap)
+    assert len(foreach) == 1
+    assert {k: snap2[k].data_ptr() for k in snap2.keys()} == bufs
+    with torch.no_grad():
+        for t in src.state.values():
+            t.zero_()
+    for k, t in want.items():
+        key = f"state/{k}/.ATTRIBUTES/VARIABLE_VALUE"
+        assert torch.equal(snap2[key], t), k
+
+
+def test_restore_of_a_mismatched_snapshot_names_the_key_and_copies_nothing():
+    src = pyckpt.Checkpoint(state={"a": torch.ones(3, device=DEV), "b": torch.ones(4, device=DEV)})
+    snap = src.snapshot()
+    a, b = torch.zeros(3, device=DEV), torch.zeros(5, device=DEV)
+    with pytest.raises(ValueError, match="state/b"):
+        pyckpt.Checkpoint(state={"a": a, "b": b}).restore(snap)
+    assert not a.any() and not b.any()
+
+
+def test_copy_state_of_parameters_detaches_each_tensor_once(monkeypatch):
+    """A parameter's target is one detached alias (the CUDA branch of the torch hooks
+    no longer detaches before device_array does)."""
+    from pyckpt import registry
+    from pyckpt.testing.spies import count_calls
+
+    p = torch.nn.Parameter(torch.ones(3, device=DEV))
+    detach = count_calls(monkeypatch, torch.Tensor, "detach")
+    target, _ = registry.target_view(p)
+    assert len(detach) == 1 and not target.obj.requires_grad
+    assert target.obj.data_ptr() == p.data_ptr()
+    detach.clear()
+    leaf = registry.leaf_array(p)
+    assert len(detach) == 1 and leaf.obj.data_ptr() == p.data_ptr()
+
+
+def test_copy_state_of_cuda_dicts_checks_every_pair_at_once(monkeypatch):
+    from pyckpt.graph import snapshot as snapshot_mod
+    from pyckpt.testing.spies import count_calls
+
+    src, dst = dict_state(4), dict_state(5)
+    ptrs = {k: t.data_ptr() for k, t in dst.items()}
+    foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+    per_value = count_calls(monkeypatch, snapshot_mod, "_sources")
+    pyckpt.copy_state(src, dst)
+    assert (len(foreach), len(per_value)) == (1, 0)
+    assert {k: t.data_ptr() for k, t in dst.items()} == ptrs
+    assert all(torch.equal(dst[k], src[k]) for k in src)
+
+    bad = dict(dict_state(6), half=torch.zeros(7, device=DEV))  # float32 where bf16 was
+    with pytest.raises(ValueError, match="half"):
+        pyckpt.copy_state(src, bad)
+    cpu = dict(dict_state(7), step=torch.tensor(0))  # one pair across devices: per value
+    per_value.clear()
+    pyckpt.copy_state(src, cpu)
+    assert len(per_value) == 1 and int(cpu["step"]) == 4

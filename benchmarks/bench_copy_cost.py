@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Python cost per tensor of pyckpt's in-memory copies of torch state on a device (issue 40
+item 4), measured on the CPU: this tree against an earlier revision, rounds interleaved.
+
+On a GPU, ``copy_state`` / ``Checkpoint.snapshot()`` / ``restore(snapshot)`` cost the
+device copy (what ``torch._foreach_copy_`` of the same tensors costs) plus pyckpt's Python
+work in front of it. This proxy runs the device path on CPU tensors (device_proxy.py):
+an adapter placed before torch's makes every CPU tensor a ``DeviceArray`` of a stand-in
+engine (its ``copy`` is ``torch_device.foreach_copy``, its ``empty_like``
+``torch.empty_like``, as ``TorchCudaEngine``'s), and the ``copy`` hook is
+``torch_device.copy_tensors`` with every pair copied by ``foreach_copy``. The tensors
+are small, so the difference to ``torch._foreach_copy_`` is mostly the Python work:
+
+- ``gpt``: ``Checkpoint(state=...)`` of 1,162 float32 tensors (bench_gpu.py's 32-layer
+  transformer with Adam m and v, ``--mib`` MiB);
+- ``seq32``: ``Checkpoint(model=...)`` of an ``nn.Sequential`` of 16 ``Linear(256, 256)``
+  (32 tensors).
+
+Per state, the median of ``--reps`` calls of ``torch._foreach_copy_`` (the limit),
+``copy_state`` (``gpt``: of the two dicts; ``seq32``: of the two modules), ``snapshot()``,
+``snapshot(into=)`` and ``restore(snapshot)``; the table gives each with its Python cost
+per tensor ((time - limit) / tensors) and the earlier revision's.
+
+Usage: python benchmarks/bench_copy_cost.py [--before REV] [--rounds 3] [--reps 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from harness import TREE_PRELUDE, remove_tree, tree_at
+
+HERE = Path(__file__).resolve().parent
+
+MEASURE = """
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+import pyckpt
+from pyckpt.device.array import DeviceArray
+from device_proxy import install
+from bench_gpu import build_state
+
+mib, reps = int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+install()
+
+
+def med(fn):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def seq(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(16)])
+
+
+gpt_a, gpt_b = build_state(mib << 20, 32, torch.device("cpu"), 0), \\
+    build_state(mib << 20, 32, torch.device("cpu"), 1)
+seq_a, seq_b = seq(0), seq(1)
+cases = {
+    "gpt": (pyckpt.Checkpoint(state=gpt_a), pyckpt.Checkpoint(state=gpt_b), gpt_a, gpt_b,
+            list(gpt_a.values()), list(gpt_b.values())),
+    "seq32": (pyckpt.Checkpoint(model=seq_a), pyckpt.Checkpoint(model=seq_b), seq_a, seq_b,
+              list(seq_a.parameters()), list(seq_b.parameters())),
+}
+out = {}
+for name, (src, dst, csrc, cdst, a, b) in cases.items():
+    snap = src.snapshot()
+    assert isinstance(snap.arrays[snap.keys()[0]], DeviceArray), "the proxy engine is not used"
+    row = out[name] = {"tensors": len(a)}
+
+    def foreach():
+        with torch.no_grad():
+            torch._foreach_copy_(b, a)
+
+    row["foreach"] = med(foreach)
+    row["copy_state"] = med(lambda: pyckpt.copy_state(csrc, cdst))
+    row["snapshot()"] = med(lambda: src.snapshot())
+    row["snapshot(into=)"] = med(lambda: src.snapshot(into=snap))
+    row["restore(snapshot)"] = med(lambda: dst.restore(snap))
+print(json.dumps(out))
+"""
+
+
+def measure(tree: Path | None, args: argparse.Namespace) -> dict:
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYCKPT_BENCH_TREE"] = str(tree)
+    r = subprocess.run([sys.executable, "-c", TREE_PRELUDE + MEASURE, str(HERE), str(args.mib),
+                        str(args.reps)], capture_output=True, text=True, env=env,
+                       cwd=tempfile.gettempdir(), timeout=1800)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", default=None, help="the earlier revision to compare with")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=21, help="calls per contender and round")
+    ap.add_argument("--mib", type=int, default=16, help="MiB of the gpt state")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pyckpt-bench-copy-cost-"))
+    trees: dict[str, Path | None] = {"this tree": None}
+    if a.before:
+        trees[a.before] = tree_at(a.before, work / "before")
+    runs: dict[str, list[dict]] = {k: [] for k in trees}
+    try:
+        for r in range(a.rounds):
+            order = list(trees.items())[::1 if r % 2 == 0 else -1]
+            for label, tree in order:
+                runs[label].append(measure(tree, a))
+            print(f"round {r + 1}/{a.rounds} done", flush=True)
+    finally:
+        if a.before:
+            remove_tree(work / "before")
+    this = runs["this tree"]
+    for state in this[0]:
+        n = this[0][state]["tensors"]
+        print(f"\n{state}: {n} tensors, median of {a.rounds} rounds x {a.reps} calls")
+        head = f"  {'operation':18s} {'this tree':>10s} {'us/tensor':>10s} {'vs limit':>9s}"
+        if a.before:
+            head += f" {a.before:>10s} {'us/tensor':>10s}"
+        print(head)
+        for op in [k for k in this[0][state] if k != "tensors"]:
+            line = ""
+            for label in trees:
+                t = statistics.median(x[state][op] for x in runs[label])
+                limit = statistics.median(x[state]["foreach"] for x in runs[label])
+                line += f" {t * 1e3:8.2f}ms {(t - limit) / n * 1e6:10.2f}"
+                if label == "this tree":
+                    line += f" {t / limit:8.2f}x"
+            print(f"  {op:18s}" + line)
+    print("\n(us/tensor: (time - torch._foreach_copy_) / tensors, pyckpt's Python work per "
+          "tensor; vs limit: time over torch._foreach_copy_ of the same tensors)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
