@@ -166,7 +166,9 @@ def test_pinned_buffers_are_registered_touched_memory():
     eng = engine_for(torch, DEV)
     buf = eng.alloc_host(3 << 20)
     try:
-        assert buf.nbytes == 3 << 20 and not buf.any()  # touched: zeroed
+        assert buf.nbytes == 3 << 20
+        assert eng._pinned[id(buf)][0] == "registered"  # not torch's pinned allocator
+        assert not buf.any()  # touched (zeroed) before it was registered
         assert torch.from_numpy(buf).is_pinned()
     finally:
         eng.free_host(buf)
