@@ -6,6 +6,10 @@ JAX arrays are immutable, so a load cannot fill them in place: use
 with every leaf loaded and placed like the target's leaf (same sharding).
 Custom pytree nodes (flax structs, named tuples...) are handled through
 ``jax.tree_util``; keys are the pytree paths (``params/dense/kernel``).
+
+Nothing on the way from a checkpoint to a new ``jax.Array`` compiles or traces
+(no ``jnp`` function, whose eager call compiles one XLA program per shape and
+dtype, the first time each is seen): arrays are made by ``jax.device_put``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from .. import flat as flat_api
 from ..format.source import CheckpointSource
 from ..registry import register_adapter
 from ..device.array import DeviceArray
-from .jax_device import device_array, on_accelerator
+from .jax_device import Landing, device_array, host_array, landing, on_accelerator
 from ..saving import PendingSave
 from ..sources import open_source
 from ..errors import CheckpointKeyError
@@ -146,12 +150,25 @@ def _saved_texts(src: CheckpointSource, key_map: Any, wanted: list[str]) -> dict
     return found
 
 
+def through_bounce_buffers(leaf: Any) -> bool:
+    """Whether ``restore`` makes the new array of the target leaf ``leaf`` (a
+    jax.Array) from the bounce buffers of a device load (``device/loading.py``, a
+    batch at a time: a leaf on an accelerator), rather than from a new host array of
+    its own, which the new array may then share (a leaf in host memory)."""
+    return on_accelerator(leaf)
+
+
 def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     """A new pytree like ``target`` with every leaf read from ``path`` and placed like
     the target's (shape and dtype must match). A target leaf that is a Python scalar
     (int, float, bool, complex) comes back as a Python scalar: of the kind it was
     saved as (an int saved as ``7`` is ``7``, not ``array(7)``), or of the target's
-    kind when the checkpoint stored an array there (its shape must be ``()``)."""
+    kind when the checkpoint stored an array there (its shape must be ``()``).
+
+    Leaves on an accelerator are read into reused bounce buffers and put on their
+    devices a buffer at a time (``jax_device`` module doc); the others are read into
+    new host arrays (``jax_device.host_array``), all placed by one ``jax.device_put``,
+    which a CPU device does without a copy."""
     import jax  # optional dependency
 
     flat, treedef = flatten(target)
@@ -159,39 +176,54 @@ def restore(path: Any, target: Any, **kwargs: Any) -> Any:
     saved = _saved_kinds(src, kwargs.get("select"), kwargs.get("key_map"))
     texts = _saved_texts(src, kwargs.get("key_map"), [k for k, v in flat.items() if _is_text(v)])
     holders: dict[str, Any] = {}
+    on_host: list[str] = []  # jax.Array leaves read into host arrays of their own
     for k, v in flat.items():
         if _is_text(v):  # str / bytes leaves: kept in the tree skeleton, not read
             continue
         if type(v) in _PY_SCALARS.values():  # replaced in `holders` by a scalar of that kind
             holders[k] = _PY_SCALARS[saved[k]](0) if saved.get(k) in _PY_SCALARS else v
+        elif isinstance(v, jax.Array) and through_bounce_buffers(v):
+            holders[k] = landing(v)
+        elif isinstance(v, jax.Array):  # placed afterwards, sharing the host array's memory
+            holders[k] = host_array(tuple(v.shape), v.dtype)
+            on_host.append(k)
         else:
             holders[k] = np.empty(np.shape(v), dtype=np.asarray(v).dtype if not hasattr(v, "dtype") else v.dtype)
     flat_api.load(src, into=holders, **kwargs)
+    if on_host:  # fresh arrays nobody else holds: the new ones may share their memory
+        holders.update(zip(on_host, jax.device_put([holders[k] for k in on_host],
+                                                   [flat[k].sharding for k in on_host])))
     leaves = []
-    for k, v in flat.items():
+    for k in flat:
         if k in texts:
             leaves.append(texts[k])
             continue
-        arr = holders[k]
-        if isinstance(v, jax.Array):
-            leaves.append(jax.device_put(arr, v.sharding))
-        else:
-            leaves.append(arr)
+        v = holders[k]
+        leaves.append(v.obj.array if isinstance(v, DeviceArray) else v)
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+def _landing_target(obj: Any) -> DeviceArray | None:
+    """The ``target`` hook: a restore's landing (``jax_device.landing``) is filled as it
+    is; None for anything else (a JAX array cannot be filled in place)."""
+    return obj if isinstance(obj, DeviceArray) and isinstance(obj.obj, Landing) else None
+
+
 def from_host(arr: np.ndarray) -> Any:
-    """The ``from_host`` hook: a ``jax.Array`` (on the default device) holding a copy of
-    ``arr``, for JAX arrays restored by replacement (a raw PRNG key in a dict...) and
-    for ``load`` of leaves saved from JAX; ``arr`` itself without JAX installed."""
+    """The ``from_host`` hook: a ``jax.Array`` (on the default device, uncommitted)
+    holding ``arr``'s values, for JAX arrays restored by replacement (a raw PRNG key in
+    a dict...) and for ``load`` of leaves saved from JAX; ``arr`` itself without JAX
+    installed. ``jax.device_put``, not ``jnp.array``: nothing is compiled, and the new
+    array may take over ``arr``'s memory (its callers hand over arrays nobody else
+    holds)."""
     try:
-        import jax.numpy as jnp  # optional dependency: the checkpoint holds a JAX array
+        import jax  # optional dependency: the checkpoint holds a JAX array
     except ImportError:
         return arr
-    return jnp.array(arr)
+    return jax.device_put(arr)
 
 
 def register() -> None:
-    """Registers the JAX ``leaf`` and ``from_host`` hooks with pyckpt.registry under the
-    name "jax"."""
-    register_adapter("jax", leaf=to_numpy, from_host=from_host)
+    """Registers the JAX ``leaf``, ``target`` (a restore's landings) and ``from_host``
+    hooks with pyckpt.registry under the name "jax"."""
+    register_adapter("jax", leaf=to_numpy, target=_landing_target, from_host=from_host)
