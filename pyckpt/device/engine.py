@@ -14,6 +14,8 @@ live in host memory). Contract:
   valid until its copy landed.
 - ``to_device(srcs, dsts)``: the same, host to device. Once its ticket is
   done, later work the caller queues on the device sees the new values.
+  ``to_device_batch(srcs, dsts)``: the same with one ticket for the batch (by
+  default a ``TicketGroup`` of ``to_device``'s tickets).
 - ``copy(srcs, dsts)``: device to device, ordered with the caller's own work
   (no host synchronisation needed before or after).
 - ``alloc_host(nbytes)``: a 1-D uint8 host buffer the engine copies fastest
@@ -85,6 +87,29 @@ def wait_all(tickets: Sequence[Ticket]) -> None:
         t.wait()
 
 
+class TicketGroup(Ticket):
+    """Several copies as one ticket: done once all are; ``wait`` waits for every
+    one (also after an error) and raises the first error (``to_device_batch``)."""
+
+    __slots__ = ("tickets",)
+
+    def __init__(self, tickets: Sequence[Ticket]) -> None:
+        self.tickets = list(tickets)
+
+    def done(self) -> bool:
+        return all(t.done() for t in self.tickets)
+
+    def wait(self) -> None:
+        first: BaseException | None = None
+        for t in self.tickets:
+            try:
+                t.wait()
+            except BaseException as e:  # noqa: BLE001 - the first one is raised below
+                first = first or e
+        if first is not None:
+            raise first
+
+
 class CopyEngine(ABC):
     """Moves the bytes of one family of DeviceArrays (module doc)."""
 
@@ -97,6 +122,13 @@ class CopyEngine(ABC):
     @abstractmethod
     def to_device(self, srcs: Sequence[np.ndarray], dsts: Sequence[DeviceArray]) -> list[Ticket]:
         """Host-to-device copies (module doc)."""
+
+    def to_device_batch(self, srcs: Sequence[np.ndarray], dsts: Sequence[DeviceArray]) -> Ticket:
+        """``to_device`` of one batch of a load (``device/loading.py``) with one ticket
+        for all its copies, done once every one landed (its ``wait`` raises the first
+        error). An engine may override it to record one completion per batch instead
+        of one per copy."""
+        return TicketGroup(self.to_device(srcs, dsts))
 
     @abstractmethod
     def copy(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> None:

@@ -32,7 +32,7 @@ def test_load_into_device_values_in_place(fake_device, tmp_path):
 
 
 def test_batches_overlap_reads_with_copies(fake_device, tmp_path, monkeypatch):
-    monkeypatch.setattr(loading, "_MIN_BOUNCE", 4096)  # many small batches
+    monkeypatch.setattr(loading, "BATCH_BYTES", 4096)  # many small batches
     state = _saved(tmp_path, n=20)
     into = {k: FakeTensor(np.zeros_like(v)) for k, v in state.items() if k != "step"}
     pyckpt.load(tmp_path / "c", into=into)

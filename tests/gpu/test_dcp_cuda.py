@@ -62,6 +62,7 @@ def spies(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "cpu", cpu)
     monkeypatch.setattr(torch.Tensor, "to", to)
     real_h, real_d = TorchCudaEngine.to_host, TorchCudaEngine.to_device
+    real_b = TorchCudaEngine.to_device_batch
 
     def to_host(self, srcs, dsts):
         seen["to_host"] += len(srcs)
@@ -71,8 +72,13 @@ def spies(monkeypatch):
         seen["to_device"] += len(srcs)
         return real_d(self, srcs, dsts)
 
+    def to_device_batch(self, srcs, dsts):  # loads upload a batch at a time
+        seen["to_device"] += len(srcs)
+        return real_b(self, srcs, dsts)
+
     monkeypatch.setattr(TorchCudaEngine, "to_host", to_host)
     monkeypatch.setattr(TorchCudaEngine, "to_device", to_device)
+    monkeypatch.setattr(TorchCudaEngine, "to_device_batch", to_device_batch)
     yield seen
     pyckpt.device.release_staging_memory()
 
