@@ -41,7 +41,6 @@ into spare device memory and drains it to storage later):
   the caller queues meanwhile (for copies out of a snapshot, whose ticket was
   waited for first): by default the same as outside it.
 
-
 Destination host arrays are C-contiguous, of the source's shape and dtype.
 """
 
@@ -150,7 +149,6 @@ class CopyEngine(ABC):
         """Waits until every copy issued so far has landed."""
         return None
 
-
     # -- device snapshots (module doc) -------------------------------------------------
     def device_memory(self, device: str) -> tuple[int, int]:
         """(free, total) bytes of ``device``'s memory; (0, 0): no snapshots there."""
@@ -203,7 +201,6 @@ class HostCopyEngine(CopyEngine):
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         return DeviceArray(np.empty(src.shape, dtype=src.dtype), src.shape, src.dtype,
                            src.device, self)
-
 
     def alloc_device(self, nbytes: int, like: DeviceArray) -> DeviceArray:
         buf = np.empty(int(nbytes), dtype=np.uint8)
