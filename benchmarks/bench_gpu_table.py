@@ -640,14 +640,14 @@ def can_drop_caches() -> tuple[bool, str]:
         return False, f"{type(e).__name__}: {e}"
 
 
-SECTIONS = {
+SECTIONS = {  # in the order they run by default (the quick ones first)
     "save": ("section_save", ["save"]),
     "load": ("section_load", ["load_peer", "load_limit", "load_deep1", "load_deep2"]),
+    "copies": ("section_copies", ["copy_state", "snapshot", "restore", "seq_copy_state",
+                                  "seq_snapshot", "seq_restore"]),
     "async": ("section_async", ["async_later", "async_first", "snap_later", "snap_first",
                                 "ring_later"]),
     "budget": ("section_budget", ["budget_rss", "budget_blocked"]),
-    "copies": ("section_copies", ["copy_state", "snapshot", "restore", "seq_copy_state",
-                                  "seq_snapshot", "seq_restore"]),
     "cold": ("section_cold", ["load_cold", "load_cold_peer"]),
 }
 

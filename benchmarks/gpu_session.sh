@@ -12,7 +12,7 @@
 #
 # BUDGET (seconds, default 350) bounds the whole script; each step gets at most its own
 # cap and what the later steps leave it: BUILD_S (150), TEST_S (100), TABLE_S (150),
-# JAX_S (75). TESTS: the test paths. TABLE_ARGS: bench_gpu_table.py's arguments (sizes,
+# JAX_S (75). TESTS: the test paths (TEST_WORKERS pytest-xdist workers, default 8). TABLE_ARGS: bench_gpu_table.py's arguments (sizes,
 # rounds, sections; default: the issue's sizes). JAX_ARGS: bench_jax_restore.py's (JAX_ARGS= skips it; it runs only
 # where jax imports). DOORS_ARGS: bench_doors.py's door parity, run last when at least 60 s
 # are left (DOORS_ARGS= skips it). BENCH_ARGS: when set, bench_gpu.py (every peer) runs
@@ -58,7 +58,7 @@ if [ "$DRY_RUN" != 1 ]; then
   echo "== tests: $TESTS ($(left) s left)"
   paths=""; for t in $TESTS; do paths="$paths $REPO/$t"; done
   (cd /tmp && timeout "$(cap "$TEST_S" 170)" $PY -m pytest -p no:cacheprovider --rootdir="$REPO" \
-    -c "$REPO/pyproject.toml" --timeout 60 -q -ra $paths) > "$OUT/tests.log" 2>&1
+    -c "$REPO/pyproject.toml" --timeout 60 -n "${TEST_WORKERS:-8}" -q -ra $paths) > "$OUT/tests.log" 2>&1
   rc=$?
   tests=$(grep -E "[0-9]+ (passed|failed)" "$OUT/tests.log" | tail -1)
   [ "$rc" = 124 ] && tests="$tests (stopped at its time limit)"

@@ -91,6 +91,7 @@ def test_work_queued_on_a_side_stream_sees_the_loaded_values(tmp_path, small_bat
     src = state(2)
     pyckpt.save(src, tmp_path / "c")
     into = {k: torch.zeros_like(v) for k, v in src.items()}
+    torch.cuda.synchronize()  # the zeros are written before the side stream's work
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         pyckpt.load(tmp_path / "c", into=into)
@@ -108,7 +109,7 @@ def test_bounce_buffers_are_pinned_bounded_and_released(tmp_path, small_batches)
     pyckpt.load(tmp_path / "c", into=into)
     kept = loading.bounce_bytes()
     largest = max(v.numel() * v.element_size() for v in src.values())
-    assert 0 < kept <= max(3 * (64 << 10), 2 * (largest + 256))
+    assert 0 < kept <= 3 * (64 << 10) + 2 * (largest + 256)  # buffers x batch + 2 x largest
     assert pyckpt.device.pinned_memory_kept() >= kept
     pyckpt.device.release_staging_memory()
     assert loading.bounce_bytes() == 0
