@@ -41,7 +41,7 @@ from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
 from .device.buffers import StagingBuffers, check_budget, lease_shared, warm_shared
-from .device.engine import Ticket
+from .device.engine import Ticket, TicketGroup
 from .device.snapshot import (DeviceSnapshot, check_device_budget, device_need,
                               shared_snapshot)
 from .device.staging import has_device_values, stage_values
@@ -668,7 +668,7 @@ def _drain(plan: SavePlan, values: list[Any], tickets: list[Ticket], snap: Devic
         done: Callable[[], None] | None = None
         try:
             try:
-                _wait_every(tickets)
+                TicketGroup(tickets).wait()  # all of them, also after an error
                 if keep is not None:
                     keep.ready()
                     buffers = keep.buffers
@@ -692,19 +692,6 @@ def _drain(plan: SavePlan, values: list[Any], tickets: list[Ticket], snap: Devic
                 done()
 
     return work
-
-
-def _wait_every(tickets: Sequence[Ticket]) -> None:
-    """Waits for every ticket, also after an error (no copy lands in a buffer given
-    back), and raises the first error."""
-    first: BaseException | None = None
-    for t in tickets:
-        try:
-            t.wait()
-        except BaseException as e:  # noqa: BLE001 - the first one is raised below
-            first = first or e
-    if first is not None:
-        raise first
 
 
 def run(plan: SavePlan, *, blocking: bool = True, max_async_bytes: int | None = None,

@@ -55,7 +55,8 @@ import numpy as np
 from .._native import core as _core
 from .array import DeviceArray
 
-__all__ = ["CopyEngine", "Ticket", "HostCopyEngine", "DoneTicket", "wait_all", "carve_array"]
+__all__ = ["CopyEngine", "Ticket", "HostCopyEngine", "DoneTicket", "TicketGroup", "wait_all",
+           "carve_array"]
 
 
 class Ticket(ABC):
@@ -88,7 +89,8 @@ def wait_all(tickets: Sequence[Ticket]) -> None:
 
 class TicketGroup(Ticket):
     """Several copies as one ticket: done once all are; ``wait`` waits for every
-    one (also after an error) and raises the first error (``to_device_batch``)."""
+    one (also after an error) and raises the first error (``to_device_batch``; a
+    save's device snapshot, ``saving``)."""
 
     __slots__ = ("tickets",)
 

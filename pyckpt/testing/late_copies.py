@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..device.array import DeviceArray
-from ..device.engine import CopyEngine, Ticket, carve_array
+from ..device.engine import CopyEngine, Ticket, TicketGroup, carve_array
 
 __all__ = ["LateCopyEngine"]
 
@@ -55,27 +55,6 @@ class _LateTicket(Ticket):
             raise TimeoutError("a LateCopyEngine copy did not land within 30 s")
         if self.error is not None:
             raise self.error
-
-
-class _AllTickets(Ticket):
-    """Done once every one of its tickets is; ``wait`` waits for all, raises the
-    first error."""
-
-    def __init__(self, tickets: list[Ticket]) -> None:
-        self.tickets = tickets
-
-    def done(self) -> bool:
-        return all(t.done() for t in self.tickets)
-
-    def wait(self) -> None:
-        first: BaseException | None = None
-        for t in self.tickets:  # every one, also after an error: none lands later
-            try:
-                t.wait()
-            except BaseException as e:  # noqa: BLE001 - the first one is raised below
-                first = first or e
-        if first is not None:
-            raise first
 
 
 class LateCopyEngine(CopyEngine):
@@ -190,7 +169,7 @@ class LateCopyEngine(CopyEngine):
         # read now (stream-ordered before the caller's later work), landed late
         pairs = [(s.obj.copy(), d.obj, self.key_of(s)) for s, d in zip(srcs, dsts)]
         tickets = self._issue(pairs, "d2d")
-        return _AllTickets(tickets)
+        return TicketGroup(tickets)
 
     def synchronize(self) -> None:
         for th in list(self._threads):
