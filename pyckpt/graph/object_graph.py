@@ -230,6 +230,15 @@ class LiveGraph:
             doc["state"] = state
         return doc
 
+    def structure(self) -> tuple | None:
+        """What ``to_json`` makes its document from, as one comparable value (the edges,
+        which fix the numbering and the keys; the value nodes; the type names): two
+        walks of equal structures give equal documents. None for a graph with states,
+        whose templates hold values of the moment."""
+        if self.templates:
+            return None
+        return self.edges, self.values, [_kind(o) for o in self.objects]
+
     def states(self) -> dict[int, Any]:
         """The state tree of every node that has one (a stateful object's, a Python
         value's: docs/FORMAT.md section 9), its leaves naming the keys of its values."""

@@ -63,6 +63,7 @@ class Snapshot:
         self.arrays = arrays
         self.graph_doc = graph_doc  # the manifest form of the graph, for writing it out
         self._pool = PinnedPool()  # the page-locked buffers we own (``host=True``)
+        self._structure: tuple | None = None  # LiveGraph.structure() of the walk taken
 
     def keys(self) -> list[str]:
         """The keys of the copied values."""
@@ -117,16 +118,23 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
 
     With ``into`` (an earlier snapshot of the same structure) its buffers are
     reused instead of allocating new ones (device buffers, host arrays, and the
-    page-locked buffer, which then belongs to the new snapshot)."""
+    page-locked buffer, which then belongs to the new snapshot), and so is its
+    stored graph where the walk found the same graph (``LiveGraph.structure``:
+    edges, value nodes and type names, no states)."""
     live = traverse(root)
     keys = live.value_keys()
     srcs: list[Value] = [live.array_of(n) for n in live.values]
     snap = Snapshot(StoredGraph([], []), {})
     final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
     copy_values(srcs, final, threads)
-    doc = live.to_json()
-    snap.graph = StoredGraph.from_doc(doc)
-    snap.graph_doc = doc
+    structure = live.structure()
+    if into is not None and structure is not None and into._structure == structure:
+        snap.graph, snap.graph_doc = into.graph, into.graph_doc  # the same document
+    else:
+        doc = live.to_json()
+        snap.graph = StoredGraph.from_doc(doc)
+        snap.graph_doc = doc
+    snap._structure = structure
     for d in final:
         if isinstance(d, np.ndarray):
             d.flags.writeable = False  # a snapshot is a record; restoring copies out of it

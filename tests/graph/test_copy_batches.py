@@ -167,3 +167,39 @@ def test_copy_hook_groups_small_and_large_cpu_tensors_and_keeps_order(monkeypatc
     assert not dsts[1].any() and not dsts[3].any()  # left to host_copy
     assert torch_device.copy_tensors(torch, [], [], lambda s, d: None)
     assert not torch_device.copy_tensors(torch, srcs[:1], dsts[:2], lambda s, d: None)
+
+
+# -- snapshot(into=) of the same structure ---------------------------------------------------
+
+def test_snapshot_into_of_the_same_graph_keeps_its_stored_graph():
+    state = {"a": np.arange(3.0), "b": [np.ones(2), np.zeros(1)]}
+    ckpt = pyckpt.Checkpoint(state=state)
+    first = ckpt.snapshot()
+    again = ckpt.snapshot(into=first)
+    assert again.graph is first.graph and again.graph_doc is first.graph_doc
+    assert again.graph_doc == ckpt.snapshot().graph_doc  # what a fresh walk writes
+    ckpt.state["a"] += 1
+    restored = pyckpt.Checkpoint(state={"a": np.zeros(3), "b": [np.zeros(2), np.ones(1)]})
+    restored.restore(again).assert_consumed()
+    np.testing.assert_array_equal(restored.state["a"], np.arange(3.0))
+
+    ckpt.state["c"] = np.ones(4)  # a new value: a new graph
+    grown = ckpt.snapshot(into=again)
+    assert grown.graph is not again.graph and len(grown) == 4
+    assert grown.graph_doc == ckpt.snapshot().graph_doc
+
+    ckpt.state["c"] = pyckpt.Variable(np.ones(4))  # same keys, another type: a new graph
+    typed = ckpt.snapshot(into=grown)
+    assert typed.graph is not grown.graph and typed.graph_doc == ckpt.snapshot().graph_doc
+
+
+def test_snapshot_into_of_a_graph_with_states_makes_its_own():
+    """States (a Python number's, an optimizer's) hold values of the moment."""
+    ckpt = pyckpt.Checkpoint(state={"w": np.ones(2), "lr": 0.5})
+    first = ckpt.snapshot()
+    ckpt.state["lr"] = 0.25
+    again = ckpt.snapshot(into=first)
+    assert again.graph is not first.graph
+    restored = pyckpt.Checkpoint(state={"w": np.zeros(2), "lr": 1.0})
+    restored.restore(again)
+    assert restored.state["lr"] == 0.25
