@@ -26,6 +26,7 @@
 #include "pyckpt/shard_reader.h"
 #include "pyckpt/shard_writer.h"
 #include "pyckpt/staged_writer.h"
+#include "restricted_pickle.h"
 #include "status_to_python.h"
 
 namespace py = pybind11;
@@ -505,6 +506,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
         py::arg_v("options", WriteOptionsPy(), "WriteOptions()"),
         "Plans a write of `staging` and starts writing each tensor once stage() copied it "
         "(live=None: once mark_ready(i) says buffer i is filled).");
+  RegisterRestrictedPickle(m);
   m.def("copy_arrays", &CopyArraysPy, py::arg("srcs"), py::arg("dsts"), py::arg("threads") = pyckpt::kAutoThreads,
         "Copies every srcs[i] into dsts[i] (same byte size) in parallel.");
 }

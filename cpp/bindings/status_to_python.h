@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstring>
+#include <string>
 
 #include "pyckpt/status.h"
 
@@ -21,16 +22,27 @@ namespace py = pybind11;
 inline void RaiseIfError(const Status& s) {
   if (s.ok()) return;
   py::object errors = py::module_::import("pyckpt.errors");
+  // the message as text: lone surrogates of Python strings (file names, keys) come
+  // back as they were; bytes that are no UTF-8 at all as escapes
+  const std::string& m = s.message();
+  PyObject* text = PyUnicode_DecodeUTF8(m.data(), static_cast<Py_ssize_t>(m.size()),
+                                        "surrogatepass");
+  if (text == nullptr) {
+    PyErr_Clear();
+    text = PyUnicode_DecodeUTF8(m.data(), static_cast<Py_ssize_t>(m.size()), "backslashreplace");
+  }
+  if (text == nullptr) throw py::error_already_set();
+  py::object message = py::reinterpret_steal<py::object>(text);
   py::object exc;
   switch (s.code()) {
     case Status::Code::kNotFound:
-      exc = errors.attr("CheckpointNotFoundError")(s.message());
+      exc = errors.attr("CheckpointNotFoundError")(message);
       break;
     case Status::Code::kCorruption:
-      exc = errors.attr("CorruptCheckpointError")(s.message());
+      exc = errors.attr("CorruptCheckpointError")(message);
       break;
     case Status::Code::kIOError: {
-      exc = errors.attr("CheckpointIOError")(s.os_errno(), s.message());
+      exc = errors.attr("CheckpointIOError")(s.os_errno(), message);
       // the OS error as the cause, as the Python stores do (errors.io_error)
       py::object cause = py::reinterpret_borrow<py::object>(PyExc_OSError)(
           s.os_errno(), std::strerror(s.os_errno()));
@@ -39,7 +51,7 @@ inline void RaiseIfError(const Status& s) {
     }
     case Status::Code::kInvalidArgument:
     default:
-      exc = py::reinterpret_borrow<py::object>(PyExc_ValueError)(s.message());
+      exc = py::reinterpret_borrow<py::object>(PyExc_ValueError)(message);
       break;
   }
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
