@@ -85,11 +85,13 @@ class RestoreSession:
                 if g.value[n] is not None or g.state[n] is not None:
                     replace.append((n, o))
                 continue
-            unit = unit_restorer(o)
+            # A value is filled, never restored as a whole (as traverse(whole_units=True)
+            # and so unmatched_objects see it): no unit is looked for where a value is.
+            target = remembered_target(o, memo)
+            unit = unit_restorer(o) if target is None else None
             if unit is not None:  # e.g. a torch optimizer: rebuilt from its whole subtree
                 units.append((unit, o, n))
                 continue
-            target = remembered_target(o, memo)
             key = g.value[n]
             if key is not None and key not in self.exclude_keys and target is not None:
                 assign.append((n, o, target))

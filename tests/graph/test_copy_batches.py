@@ -203,3 +203,51 @@ def test_snapshot_into_of_a_graph_with_states_makes_its_own():
     restored = pyckpt.Checkpoint(state={"w": np.zeros(2), "lr": 1.0})
     restored.restore(again)
     assert restored.state["lr"] == 0.25
+
+
+# -- restore: a value is filled, never restored as a whole -----------------------------------
+
+class _Both:
+    """An object an adapter gives a target (a value) and a node that could restore it as a
+    whole: restore asks for the target first, as copy_state and LoadStatus do."""
+
+    def __init__(self, values):
+        self.values = np.array(values, dtype=np.float64)
+        self.restored_whole = 0
+
+
+class _BothNode:
+    def __init__(self, obj):
+        self.obj = obj
+
+    def _pyckpt_children(self):
+        return []
+
+    def _pyckpt_get_child(self, name):
+        from pyckpt.graph.missing import MISSING
+
+        return MISSING
+
+    def _pyckpt_restore(self, values):
+        self.obj.restored_whole += 1
+
+
+def test_restore_fills_a_value_that_also_has_a_whole_object_node():
+    from pyckpt import registry
+
+    saved = list(registry._ADAPTERS)
+    registry.register_adapter(
+        "both", leaf=lambda o: o.values if isinstance(o, _Both) else None,
+        target=lambda o: o.values if isinstance(o, _Both) else None,
+        node=lambda o: _BothNode(o) if isinstance(o, _Both) else None)
+    try:
+        snap = pyckpt.Checkpoint(x=_Both([1.0, 2.0])).snapshot()
+        obj = _Both([0.0, 0.0])
+        pyckpt.Checkpoint(x=obj).restore(snap).assert_existing_objects_matched()
+        np.testing.assert_array_equal(obj.values, [1.0, 2.0])
+        assert obj.restored_whole == 0
+        again = _Both([0.0, 0.0])  # copy_state sees it the same way
+        pyckpt.copy_state(snap, pyckpt.Checkpoint(x=again))
+        np.testing.assert_array_equal(again.values, [1.0, 2.0])
+    finally:
+        registry._ADAPTERS[:] = saved
