@@ -16,7 +16,7 @@ are small, so the difference to ``torch._foreach_copy_`` is mostly the Python wo
 - ``seq32``: ``Checkpoint(model=...)`` of an ``nn.Sequential`` of 16 ``Linear(256, 256)``
   (32 tensors).
 
-Per state, the median of ``--reps`` calls of ``torch._foreach_copy_`` (the limit),
+Per state, the median (and the best) of ``--reps`` calls of ``torch._foreach_copy_`` (the limit),
 ``copy_state`` (``gpt``: of the two dicts; ``seq32``: of the two modules), ``snapshot()``,
 ``snapshot(into=)`` and ``restore(snapshot)``; the table gives each with its Python cost
 per tensor ((time - limit) / tensors) and the earlier revision's.
@@ -60,7 +60,7 @@ def med(fn):
         t = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return [statistics.median(ts), min(ts)]
 
 
 def seq(seed):
@@ -132,22 +132,25 @@ def main() -> int:
     this = runs["this tree"]
     for state in this[0]:
         n = this[0][state]["tensors"]
-        print(f"\n{state}: {n} tensors, median of {a.rounds} rounds x {a.reps} calls")
-        head = f"  {'operation':18s} {'this tree':>10s} {'us/tensor':>10s} {'vs limit':>9s}"
+        print(f"\n{state}: {n} tensors, {a.rounds} rounds x {a.reps} calls: median (best)")
+        head = f"  {'operation':18s} {'this tree':>18s} {'us/tensor':>14s} {'vs limit':>9s}"
         if a.before:
-            head += f" {a.before:>10s} {'us/tensor':>10s}"
+            head += f" {a.before:>18s} {'us/tensor':>14s}"
         print(head)
         for op in [k for k in this[0][state] if k != "tensors"]:
             line = ""
             for label in trees:
-                t = statistics.median(x[state][op] for x in runs[label])
-                limit = statistics.median(x[state]["foreach"] for x in runs[label])
-                line += f" {t * 1e3:8.2f}ms {(t - limit) / n * 1e6:10.2f}"
+                t, best = (statistics.median(x[state][op][j] for x in runs[label]) for j in (0, 1))
+                limit, lbest = (statistics.median(x[state]["foreach"][j] for x in runs[label])
+                                for j in (0, 1))
+                line += (f" {t * 1e3:8.2f} ({best * 1e3:6.2f})ms"
+                         f" {(t - limit) / n * 1e6:6.2f} ({(best - lbest) / n * 1e6:5.2f})")
                 if label == "this tree":
                     line += f" {t / limit:8.2f}x"
             print(f"  {op:18s}" + line)
     print("\n(us/tensor: (time - torch._foreach_copy_) / tensors, pyckpt's Python work per "
-          "tensor; vs limit: time over torch._foreach_copy_ of the same tensors)")
+          "tensor; vs limit: time over torch._foreach_copy_ of the same tensors; in brackets: "
+          "from the best call of each round, less disturbed by other work on the machine)")
     return 0
 
 
