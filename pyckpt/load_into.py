@@ -19,8 +19,9 @@ from .workers.per_worker_read import per_worker_read, place_of
 from .errors import CheckpointKeyError
 from .format.read_plan import ReadPlan
 from .format.source import CheckpointSource
-from .tree import _join, as_array_leaf, keyed_error, replacement_scalar, skeleton_leaves
-from .registry import target_view
+from .tree import (_join, as_array_leaf, is_array_kind, keyed_error, replacement_scalar,
+                   skeleton_leaves)
+from .registry import place_like, target_view
 from .sharded import ShardedArray
 from .sharded.perworker import PerWorker, per_worker_keys
 from .variables import Variable
@@ -28,19 +29,23 @@ from .variables import Variable
 class Target:
     """One leaf of ``into`` to fill: its key, the array filled in place (or ``setter``,
     which replaces an immutable leaf in its container), its leaf kind, a ShardedArray
-    target, and ``after``, run once the array is filled."""
+    target, ``after``, run once the array is filled, and ``like``: for an immutable
+    array of a framework (a JAX array), the leaf and its array view (the shape and
+    dtype it must have; its replacement is placed like it)."""
 
-    __slots__ = ("key", "array", "setter", "kind", "sharded", "after")
+    __slots__ = ("key", "array", "setter", "kind", "sharded", "after", "like")
 
     def __init__(self, key: str, array: np.ndarray | DeviceArray | None,
                  setter: Callable | None, kind: str,
-                 sharded: Any = None, after: Callable[[], None] | None = None) -> None:
+                 sharded: Any = None, after: Callable[[], None] | None = None,
+                 like: tuple[Any, Any] | None = None) -> None:
         self.key = key
         self.array = array      # filled in place, or None
         self.setter = setter    # replaces an immutable leaf in its container
         self.kind = kind
         self.sharded = sharded  # a ShardedArray target
         self.after = after      # run once array is filled (e.g. copy back to a GPU tensor)
+        self.like = like        # (leaf, its array) of an immutable framework array
 
 
 def _writable_view(obj: Any) -> tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None:
@@ -89,11 +94,15 @@ def _collect(node: Any, key: Any, setter: Callable | None, out: list[Target]) ->
         out.append(Target(key, view[0], None, "ndarray", after=view[1]))
         return
     leaf = as_array_leaf(node)
-    if leaf is not None:  # an immutable scalar: replaced in its container
+    if leaf is not None:  # an immutable scalar or framework array: replaced in its container
+        array = is_array_kind(leaf[1])
         if setter is None:
-            raise TypeError(f"cannot restore {key!r} in place: a {type(node).__name__} "
-                            "inside a tuple (use a list or an array)")
-        out.append(Target(key, None, setter, leaf[1]))
+            raise TypeError(
+                f"cannot restore {key!r} in place: a {type(node).__name__} inside a tuple "
+                + ("(it is immutable: hold it in a list or dict, which load replaces it in, "
+                   "or restore a new tree with pyckpt.adapters.jax_support.restore)"
+                   if array else "(use a list or an array)"))
+        out.append(Target(key, None, setter, leaf[1], like=(node, leaf[0]) if array else None))
         return
     if node is None or isinstance(node, (str, bytes)):
         return  # static values are not read from the checkpoint
@@ -190,6 +199,13 @@ class _Plan:
             self._to(i, dst)
         elif t.sharded is not None:
             self._add_block(t, i, shape, dtype)
+        elif t.like is not None:  # an immutable array: a new one replaces it
+            like = t.like[1]
+            if tuple(like.shape) != shape or not same_dtype(like.dtype, dtype):
+                ours, theirs = describe_dtypes(dtype, like.dtype)
+                self.problems.append(f"{t.key!r}: checkpoint has shape {shape} dtype {ours}, "
+                                     f"target has shape {tuple(like.shape)} dtype {theirs}")
+            self.fresh.append((t, i, key))
         elif t.array is None:
             if shape != ():
                 self.problems.append(f"{t.key!r}: checkpoint holds shape {shape}, target is "
@@ -229,12 +245,15 @@ class _Plan:
 
 def _stored_scalars(plan: _Plan) -> list[Any]:
     """The stored values that replace Python scalars of ``into``
-    (``tree.replacement_scalar``: as they were saved, whatever the target's type)."""
+    (``tree.replacement_scalar``: as they were saved, whatever the target's type) and
+    its immutable framework arrays (the framework's new array, placed like the old
+    one: ``registry.place_like``)."""
     if not plan.fresh:
         return []
     src = plan.src
     kinds = skeleton_leaves(src.tree) if src.tree is not None else {}
-    return [replacement_scalar(kinds.get(key), arr, t.kind)
+    return [place_like(t.kind, arr.astype(t.like[1].dtype, copy=False), t.like[0])
+            if t.like is not None else replacement_scalar(kinds.get(key), arr, t.kind)
             for (t, _, key), arr in zip(plan.fresh, plan.scalar_reads().execute())]
 
 

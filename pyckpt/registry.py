@@ -1,7 +1,7 @@
 """The one registry of foreign value types (docs/API.md, "Adapters").
 
 torch and JAX support (``pyckpt/adapters/``) and any user type plug in here,
-with up to six hooks, each returning None for objects that are not theirs:
+with up to seven hooks, each returning None for objects that are not theirs:
 
 - ``leaf(obj) -> np.ndarray | DeviceArray``: the host array to save for a leaf
   of a tree or a value of the object graph (a zero-copy view where possible),
@@ -25,7 +25,11 @@ with up to six hooks, each returning None for objects that are not theirs:
 - ``copy(srcs, dsts) -> bool``: copies every source into the destination of the
   same position, in place, and returns True, when the hook takes all of them
   (``copy_state`` of two trees of the framework's arrays: one batched copy
-  instead of the per-value path); False, having copied nothing, otherwise.
+  instead of the per-value path); False, having copied nothing, otherwise;
+- ``place(array, like) -> obj``: the framework's array holding a loaded numpy
+  array's values, placed like ``like`` (same device, same sharding): for leaves of
+  ``load(path, into=...)`` that cannot be filled in place (JAX arrays are
+  immutable), which are replaced in their container. Without it, ``from_host``.
 
 Example::
 
@@ -45,7 +49,7 @@ if TYPE_CHECKING:  # for signatures only
     from .device.array import DeviceArray
 
 __all__ = ["Adapter", "register_adapter", "leaf_array", "leaf_adapter", "target_view",
-           "node_proxy", "empty_on", "from_host", "copy_leaves"]
+           "node_proxy", "empty_on", "from_host", "place_like", "copy_leaves"]
 
 #: What a ``target`` hook returns.
 View: TypeAlias = "np.ndarray | DeviceArray | tuple[np.ndarray, Callable[[], None] | None]"
@@ -61,6 +65,7 @@ class Adapter(NamedTuple):
     empty: Callable[[Any, tuple, np.dtype], Any] | None = None
     from_host: Callable[[np.ndarray], Any] | None = None
     copy: Callable[[list, list], bool] | None = None
+    place: Callable[[np.ndarray, Any], Any] | None = None
 
 
 _ADAPTERS: list[Adapter] = []
@@ -71,10 +76,11 @@ def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | DeviceArr
                      node: Callable[[Any], Any] | None = None,
                      empty: Callable[[Any, tuple, np.dtype], Any] | None = None,
                      from_host: Callable[[np.ndarray], Any] | None = None,
-                     copy: Callable[[list, list], bool] | None = None) -> None:
+                     copy: Callable[[list, list], bool] | None = None,
+                     place: Callable[[np.ndarray, Any], Any] | None = None) -> None:
     """Registers (or replaces) the hooks of one foreign type family."""
     _ADAPTERS[:] = [a for a in _ADAPTERS if a.name != name]
-    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host, copy))
+    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host, copy, place))
 
 
 def leaf_array(obj: Any) -> "np.ndarray | DeviceArray | None":
@@ -104,6 +110,15 @@ def from_host(name: str, array: np.ndarray) -> Any:
         if a.name == name and a.from_host is not None:
             return a.from_host(array)
     return array
+
+
+def place_like(name: str, array: np.ndarray, like: Any) -> Any:
+    """The object of adapter ``name`` holding ``array``'s values, placed like ``like``
+    (its ``place`` hook; else ``from_host``)."""
+    for a in _ADAPTERS:
+        if a.name == name and a.place is not None:
+            return a.place(array, like)
+    return from_host(name, array)
 
 
 def target_view(obj: Any) -> "tuple[np.ndarray | DeviceArray, Callable[[], None] | None] | None":

@@ -223,7 +223,17 @@ def from_host(arr: np.ndarray) -> Any:
     return jax.device_put(arr)
 
 
+def place(arr: np.ndarray, like: Any) -> Any:
+    """The ``place`` hook: a ``jax.Array`` holding ``arr``'s values with the sharding
+    (devices) of the ``jax.Array`` ``like``, which it replaces in ``load(into=)``'s
+    tree (a JAX array cannot be filled in place); None for anything else."""
+    import jax  # optional dependency: ``like`` is a JAX array
+
+    return jax.device_put(arr, like.sharding) if isinstance(like, jax.Array) else None
+
+
 def register() -> None:
-    """Registers the JAX ``leaf``, ``target`` (a restore's landings) and ``from_host``
-    hooks with pyckpt.registry under the name "jax"."""
-    register_adapter("jax", leaf=to_numpy, target=_landing_target, from_host=from_host)
+    """Registers the JAX ``leaf``, ``target`` (a restore's landings), ``from_host`` and
+    ``place`` hooks with pyckpt.registry under the name "jax"."""
+    register_adapter("jax", leaf=to_numpy, target=_landing_target, from_host=from_host,
+                     place=place)
