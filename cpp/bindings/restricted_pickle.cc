@@ -458,8 +458,7 @@ class Machine {
     if (IsGlobal(cls) && (g = Info(cls)) == nullptr) return PyFail();
     if (g == nullptr || !g->is_class || !PyTuple_CheckExact(args.get()))
       return Fail("NEWOBJ of " + Short(cls) + ", which this reader does not create");
-    PyObject* call_args[2] = {g->qualname, args.get()};
-    return SetTop(PyObject_Vectorcall(a_.obj_type, call_args, 2, nullptr));
+    return SetTop(NewRecord(g->qualname, args.get()));
   }
   bool NewObjEx() {
     Ref kwargs;
@@ -467,6 +466,33 @@ class Machine {
     if (!PyDict_CheckExact(kwargs.get()) || PyDict_GET_SIZE(kwargs.get()) != 0)
       return Fail("NEWOBJ_EX with keyword arguments");
     return NewObj();
+  }
+  // Obj(qualname, args): an instance whose slots cls, args and state are set
+  // directly (what Obj.__init__ does, without running Python code); Obj(...) itself
+  // when its slots are not plain member descriptors.
+  PyObject* NewRecord(PyObject* qualname, PyObject* args) {
+    if (!slots_looked_up_) {
+      slots_looked_up_ = true;
+      PyObject* dict = reinterpret_cast<PyTypeObject*>(a_.obj_type)->tp_dict;
+      const char* names[3] = {"cls", "args", "state"};
+      bool all = true;
+      for (int i = 0; i < 3; ++i) {
+        slots_[i] = dict ? PyDict_GetItemString(dict, names[i]) : nullptr;  // borrowed
+        all = all && slots_[i] != nullptr && Py_TYPE(slots_[i]) == &PyMemberDescr_Type;
+      }
+      if (!all) slots_[0] = nullptr;
+    }
+    if (slots_[0] == nullptr) {
+      PyObject* call_args[2] = {qualname, args};
+      return PyObject_Vectorcall(a_.obj_type, call_args, 2, nullptr);
+    }
+    PyTypeObject* t = reinterpret_cast<PyTypeObject*>(a_.obj_type);
+    Ref obj(t->tp_alloc(t, 0));
+    if (!obj) return nullptr;
+    PyObject* values[3] = {qualname, args, Py_None};
+    for (int i = 0; i < 3; ++i)
+      if (Py_TYPE(slots_[i])->tp_descr_set(slots_[i], obj.get(), values[i]) < 0) return nullptr;
+    return obj.release();
   }
   bool Build() {
     Ref state;
@@ -505,6 +531,8 @@ class Machine {
   std::unordered_map<PyObject*, GlobalInfo> globals_;
   Status err_;
   bool python_error_ = false;
+  bool slots_looked_up_ = false;
+  PyObject* slots_[3] = {nullptr, nullptr, nullptr};  // Obj's member descriptors (borrowed)
 };
 
 // One opcode (its byte at op_at_; pos_ is past it). *stop: it was STOP.
@@ -681,9 +709,17 @@ Status Machine::Run(PyObject** value, size_t* after) {
 
 Status RestrictedUnpickle(const UnpickleArgs& args, PyObject** value, size_t* after,
                           bool* python_error) {
-  Machine m(args);
-  Status st = m.Run(value, after);
-  *python_error = m.python_error();
+  // No cyclic collection while the machine runs: it allocates millions of small
+  // objects, each collection would walk all it built so far (half its time went
+  // there), and no cycle it may build is lost (collected once the GC is back on).
+  const int was_enabled = PyGC_Disable();
+  Status st;
+  {
+    Machine m(args);
+    st = m.Run(value, after);
+    *python_error = m.python_error();
+  }
+  if (was_enabled) PyGC_Enable();
   return st;
 }
 

@@ -58,11 +58,15 @@ def _dtype(name: str) -> Global:
 
 
 def _size(args: tuple) -> tuple:
-    """``torch.Size(dims)``: a tuple of ints."""
-    if len(args) != 1 or not isinstance(args[0], (tuple, list)) \
-            or not all(type(d) is int for d in args[0]):
-        raise ValueError("torch.Size takes one sequence of ints")
-    return tuple(args[0])
+    """``torch.Size(dims)``: a tuple of ints (called once per chunk box: kept lean)."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        dims = tuple(args[0])
+        for d in dims:
+            if type(d) is not int:
+                break
+        else:
+            return dims
+    raise ValueError("torch.Size takes one sequence of ints")
 
 
 def _layout(args: tuple) -> Global:

@@ -29,6 +29,7 @@ from functools import partial
 from typing import Any, Callable, Union
 
 from ...errors import CorruptCheckpointError
+from ...format.json_scan import no_cyclic_gc
 from ...sharded.boxes import check_partition
 from .allowed import METADATA_GLOBALS, TORCH_DTYPES, UNREAD_ITEMSIZE
 from .unpickler import Global, Obj, restricted_load
@@ -45,6 +46,14 @@ MAX_TRANSFORMS = 16  # transform descriptors of one item
 What = Union[str, Callable[[], str]]
 _M = "torch.distributed.checkpoint.metadata."
 _PLAIN_NAME = re.compile(r"^[^/\\\x00]+$")
+_INDEX = _M + "MetadataIndex"
+_CHUNK = _M + "ChunkStorageMetadata"
+_STORAGE_INFO = ("torch.distributed.checkpoint.filesystem._StorageInfo", _M + "_StorageInfo")
+_NO_TRANSFORMS: tuple[Any, ...] = (None, [], ())
+#: the fields DCP's records have (a state naming only these has string names, few)
+_INDEX_FIELDS = frozenset(("fqn", "offset", "index"))
+_STORAGE_FIELDS = frozenset(("relative_path", "offset", "length", "transform_descriptors"))
+_CHUNK_FIELDS = frozenset(("offsets", "sizes"))
 
 
 @dataclass(frozen=True)
@@ -174,7 +183,12 @@ def _storage_index(c: _Checker, storage_data: Any) -> dict[tuple[str, Any], Stor
         raise c.bad(f"storage_data is {_kind(storage_data)}, not a dict (not written by "
                     "FileSystemWriter?)")
     out: dict[tuple[str, Any], StorageInfo] = {}
+    names: set[str] = set()  # relative paths found plain
     for idx, info in storage_data.items():
+        key_info = _plain_storage_record(idx, info, names)
+        if key_info is not None:
+            out[key_info[0]] = key_info[1]
+            continue
         f = c.fields(idx, "MetadataIndex", "a storage_data key")
         fqn = f.get("fqn")
         if not isinstance(fqn, str):
@@ -186,6 +200,45 @@ def _storage_index(c: _Checker, storage_data: Any) -> dict[tuple[str, Any], Stor
         key = (fqn, None if off is None else c.dims(off, lambda: f"{where()}: offset"))
         out[key] = _storage(c, info, where)
     return out
+
+
+def _plain_storage_record(idx: Any, info: Any, names: set[str]) -> tuple[
+        tuple[str, Any], StorageInfo] | None:
+    """The common case of one storage_data item, checked in a few steps: ((fqn, offset),
+    StorageInfo) when the pair is exactly what DCP writes and ``_storage_index``'s
+    checks would accept it as it is; None sends it through those checks (their
+    messages). ``names``: relative paths already found plain."""
+    if type(idx) is not Obj or idx.cls != _INDEX or type(info) is not Obj \
+            or info.cls not in _STORAGE_INFO:
+        return None
+    f, g = idx.state, info.state
+    if type(f) is not dict or type(g) is not dict or not f.keys() <= _INDEX_FIELDS \
+            or not g.keys() <= _STORAGE_FIELDS:
+        return None
+    fqn, off = f.get("fqn"), f.get("offset")
+    path, offset, length = g.get("relative_path"), g.get("offset"), g.get("length")
+    if type(fqn) is not str or not (off is None or _counts(off)) \
+            or type(offset) is not int or type(length) is not int \
+            or not (0 <= offset and 0 <= length and offset + length <= MAX_BYTES) \
+            or g.get("transform_descriptors") not in _NO_TRANSFORMS:
+        return None
+    if path not in names:
+        if type(path) is not str or len(path) > MAX_NAME or not _PLAIN_NAME.match(path) \
+                or path in (".", ".."):
+            return None
+        names.add(path)
+    return (fqn, off), StorageInfo(path, offset, length)
+
+
+def _counts(v: Any) -> bool:
+    """``v`` is what ``_Checker.dims`` returns unchanged: a tuple of at most MAX_DIMS
+    integers in [0, MAX_BYTES]."""
+    if type(v) is not tuple or len(v) > MAX_DIMS:
+        return False
+    for d in v:
+        if type(d) is not int or not 0 <= d <= MAX_BYTES:
+            return False
+    return True
 
 
 def _properties(c: _Checker, obj: Any, key: str) -> tuple[str, str]:
@@ -220,13 +273,16 @@ def _tensor(c: _Checker, key: str, obj: Any,
     chunks: list[Chunk] = []
     seen: set[tuple] = set()
     records: set[int] = set()  # one record listed again: nothing new to check
+    itemsize = 0 if name is None else _itemsize(name)
     for n, ch in enumerate(raw_chunks):
         if id(ch) in records:
             continue
         records.add(id(ch))
-        chunk = _chunk(c, partial(_chunk_name, key, n), ch, key, shape, name, storage)
-        if (chunk.offsets, chunk.sizes) not in seen:  # a replica listed twice: one record
-            seen.add((chunk.offsets, chunk.sizes))
+        chunk = _plain_chunk(ch, key, shape, itemsize, storage) or \
+            _chunk(c, partial(_chunk_name, key, n), ch, key, shape, name, storage)
+        box = (chunk.offsets, chunk.sizes)
+        if box not in seen:  # a replica listed twice: one record
+            seen.add(box)
             chunks.append(chunk)
     if name is not None and math.prod(shape) * _itemsize(name) > MAX_BYTES:
         raise c.bad(f"tensor {key!r}: shape {list(shape)} is too large")
@@ -235,6 +291,29 @@ def _tensor(c: _Checker, key: str, obj: Any,
         raise c.bad(f"tensor {key!r} of shape {list(shape)}: its chunks do not tile it "
                     f"({problem})")
     return TensorEntry(key, torch_dtype, name, layout, shape, tuple(chunks))
+
+
+def _plain_chunk(ch: Any, key: str, shape: tuple[int, ...], itemsize: int,
+                 storage: dict[tuple[str, Any], StorageInfo]) -> Chunk | None:
+    """The common case of ``_chunk``, checked in a few steps: the Chunk when ``ch`` is
+    exactly what DCP writes and ``_chunk`` would accept it as it is; None sends it
+    through ``_chunk`` (its messages). ``itemsize``: 0 when the dtype is not read."""
+    if type(ch) is not Obj or ch.cls != _CHUNK:
+        return None
+    st = ch.state
+    if type(st) is not dict or not st.keys() <= _CHUNK_FIELDS:
+        return None
+    offs, sizes = st.get("offsets"), st.get("sizes")
+    if type(offs) is not tuple or type(sizes) is not tuple or len(offs) != len(shape) \
+            or len(sizes) != len(shape):
+        return None
+    for o, n, d in zip(offs, sizes, shape):  # d <= MAX_BYTES: so are o and n
+        if type(o) is not int or type(n) is not int or o < 0 or n < 0 or o + n > d:
+            return None
+    info = storage.get((key, offs))
+    if info is None or math.prod(sizes) * itemsize > info.length:
+        return None
+    return Chunk(offs, sizes, info)
 
 
 def _chunk_name(key: str, n: int) -> str:
@@ -311,7 +390,14 @@ def _storage_meta(c: _Checker, obj: Any) -> tuple[str | None, str | None]:
 
 
 def decode_metadata(data: bytes, where: str) -> DcpMetadata:
-    """The checked content of a ``.metadata`` file's bytes (``where``: its URL)."""
+    """The checked content of a ``.metadata`` file's bytes (``where``: its URL). The
+    cyclic GC is paused meanwhile (json_scan.no_cyclic_gc): the records are millions
+    of small containers in no cycle, and each collection walked all made so far."""
+    with no_cyclic_gc():
+        return _decode(data, where)
+
+
+def _decode(data: bytes, where: str) -> DcpMetadata:
     top = restricted_load(data, METADATA_GLOBALS, where=f"DCP metadata {where}")
     c = _Checker(where)
     f = c.fields(top, "Metadata", "the pickled value")
