@@ -40,10 +40,10 @@ from . import jobs, ordering
 from . import progress as _progress
 from .workers.comm import Communicator, SingleComm, resolve_comm
 from .device.array import DeviceArray
-from .device.buffers import StagingBuffers, check_budget, lease_shared, warm_shared
+from .device.buffers import StagingBuffers, lease_shared, warm_shared
+from .device.budgets import check_budget, check_device_budget
 from .device.engine import Ticket, TicketGroup
-from .device.snapshot import (DeviceSnapshot, check_device_budget, device_need,
-                              shared_snapshot)
+from .device.snapshot import DeviceSnapshot, device_need, shared_snapshot
 from .device.staging import has_device_values, stage_values
 from .engine.options import DEFAULT
 from .workers import background, node_local

@@ -38,12 +38,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .array import DeviceArray
+from .budgets import check_budget
 from .engine import CopyEngine
 from .host_memory import touched
 from .loading import bounce_bytes, release_bounce_buffers
 from .snapshot import release_shared
 
-__all__ = ["StagingBuffers", "PinnedPool", "check_budget", "lease_shared", "pinned_memory_kept",
+__all__ = ["StagingBuffers", "PinnedPool", "lease_shared", "pinned_memory_kept",
            "release_staging_memory", "warm_shared"]
 
 _ALIGN = 256
@@ -52,16 +53,6 @@ _SLACK = 64 << 20  # a pinned buffer larger than needed by more than this is re-
 
 def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def check_budget(max_pinned_bytes: Any) -> int | None:
-    """``max_pinned_bytes`` itself: None or a positive int; ValueError otherwise."""
-    if max_pinned_bytes is not None and (isinstance(max_pinned_bytes, bool) or
-                                         not isinstance(max_pinned_bytes, int) or
-                                         max_pinned_bytes <= 0):
-        raise ValueError(f"max_pinned_bytes must be a positive int (bytes) or None, got "
-                         f"{max_pinned_bytes!r}")
-    return max_pinned_bytes
 
 
 def _human(n: int) -> str:

@@ -30,9 +30,10 @@ import numpy as np
 
 from .._native import core as _core
 from .array import DeviceArray
+from .budgets import check_device_budget
 from .engine import CopyEngine, Ticket
 
-__all__ = ["DeviceSnapshot", "check_device_budget", "device_need", "MARGIN_BYTES",
+__all__ = ["DeviceSnapshot", "device_need", "MARGIN_BYTES",
            "MARGIN_FRACTION", "shared_snapshot", "release_shared", "snapshot_memory_kept"]
 
 _ALIGN = 256
@@ -44,15 +45,6 @@ MARGIN_FRACTION = 0.10
 
 def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def check_device_budget(max_device_snapshot_bytes: Any) -> int | None:
-    """``max_device_snapshot_bytes`` itself: None or an int >= 0; ValueError otherwise."""
-    v = max_device_snapshot_bytes
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-        raise ValueError(f"max_device_snapshot_bytes must be None (automatic), 0 (never) or a "
-                         f"number of bytes, not {v!r}")
-    return v
 
 
 def device_need(srcs: Sequence[Any]) -> dict[tuple[CopyEngine, str], int]:

@@ -15,8 +15,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..device.buffers import check_budget
-from ..device.snapshot import check_device_budget
+from ..device.budgets import check_budget, check_device_budget
 
 if TYPE_CHECKING:
     from ..workers.comm import Communicator
