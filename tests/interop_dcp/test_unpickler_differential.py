@@ -207,6 +207,18 @@ def test_torch_written_metadata_agrees(torch_written):
             assert agree(pickle.dumps(value, protocol=proto)) == "value"
 
 
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def test_metadata_holding_a_reduce_deep_inside_agrees(torch_written):
+    """test_hostile.py's real metadata whose planner_data would run a command."""
+    md = pickle.loads(torch_written[1])
+    md.planner_data = {"w": _Evil()}
+    assert agree(pickle.dumps(md)) == "refused"
+
+
 def test_mutated_metadata_agrees(torch_written):
     rng = random.Random(37)
     outcomes = {"value": 0, "refused": 0}
