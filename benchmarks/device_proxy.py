@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 from pyckpt.adapters import torch_device as td
-from pyckpt.adapters.torch_support import _not_strided
+from pyckpt.adapters.torch_support import _not_strided, stamp
 from pyckpt.device.array import DeviceArray
 from pyckpt.device.engine import CopyEngine, DoneTicket
-from pyckpt.registry import _ADAPTERS, Adapter
+from pyckpt.registry import _ADAPTERS, Adapter, touch
 
 
 class ProxyEngine(CopyEngine):
@@ -63,4 +63,6 @@ def copy_hook(srcs, dsts):
 
 def install() -> None:
     td._BY_INDEX[-1] = (ProxyEngine(), "cpu")  # what _engine_of finds for a CPU tensor
-    _ADAPTERS.insert(0, Adapter("proxy", leaf=as_device, target=as_device, copy=copy_hook))
+    _ADAPTERS.insert(0, Adapter("proxy", leaf=as_device, target=as_device, copy=copy_hook,
+                                stamp=stamp))  # its targets depend on what torch's do
+    touch()

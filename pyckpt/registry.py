@@ -29,7 +29,14 @@ with up to seven hooks, each returning None for objects that are not theirs:
 - ``place(array, like) -> obj``: the framework's array holding a loaded numpy
   array's values, placed like ``like`` (same device, same sharding): for leaves of
   ``load(path, into=...)`` that cannot be filled in place (JAX arrays are
-  immutable), which are replaced in their container. Without it, ``from_host``.
+  immutable), which are replaced in their container. Without it, ``from_host``;
+- ``stamp(objs) -> list | None``: for a batch of objects its ``target`` hook takes, a
+  list of values, one per object, that compare equal between two calls as long as
+  the target the hook gave for each object is still the one it would give now
+  (torch: each tensor's data pointer, shape, strides, dtype and device); None when
+  it cannot promise that for some object. A walk of the object graph is re-checked
+  with it instead of being walked again (``graph/walk_cache.py``). Without it, the
+  graph is walked each time.
 
 Example::
 
@@ -37,6 +44,8 @@ Example::
                                      if isinstance(o, MyTensor) else None)
 
 Hooks are asked in registration order; a name registered again replaces its hooks.
+Every registration counts up ``generation()``: what was worked out with the hooks of
+an earlier generation (a kept walk) is worked out again.
 """
 
 from __future__ import annotations
@@ -49,7 +58,8 @@ if TYPE_CHECKING:  # for signatures only
     from .device.array import DeviceArray
 
 __all__ = ["Adapter", "register_adapter", "leaf_array", "leaf_adapter", "target_view",
-           "node_proxy", "empty_on", "from_host", "place_like", "copy_leaves"]
+           "node_proxy", "empty_on", "from_host", "place_like", "copy_leaves", "stamps",
+           "generation"]
 
 #: What a ``target`` hook returns.
 View: TypeAlias = "np.ndarray | DeviceArray | tuple[np.ndarray, Callable[[], None] | None]"
@@ -66,9 +76,21 @@ class Adapter(NamedTuple):
     from_host: Callable[[np.ndarray], Any] | None = None
     copy: Callable[[list, list], bool] | None = None
     place: Callable[[np.ndarray, Any], Any] | None = None
+    stamp: Callable[[list], "list | None"] | None = None
 
 
 _ADAPTERS: list[Adapter] = []
+_GENERATION = [0]  # counted up by every registration
+
+
+def generation() -> int:
+    """How many registrations (``register_adapter``, ``touch``) were made so far."""
+    return _GENERATION[0]
+
+
+def touch() -> None:
+    """Counts up ``generation()``: for code changing ``_ADAPTERS`` itself."""
+    _GENERATION[0] += 1
 
 
 def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | DeviceArray | None"] | None = None,
@@ -77,10 +99,12 @@ def register_adapter(name: str, *, leaf: Callable[[Any], "np.ndarray | DeviceArr
                      empty: Callable[[Any, tuple, np.dtype], Any] | None = None,
                      from_host: Callable[[np.ndarray], Any] | None = None,
                      copy: Callable[[list, list], bool] | None = None,
-                     place: Callable[[np.ndarray, Any], Any] | None = None) -> None:
+                     place: Callable[[np.ndarray, Any], Any] | None = None,
+                     stamp: Callable[[list], "list | None"] | None = None) -> None:
     """Registers (or replaces) the hooks of one foreign type family."""
     _ADAPTERS[:] = [a for a in _ADAPTERS if a.name != name]
-    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host, copy, place))
+    _ADAPTERS.append(Adapter(name, leaf, target, node, empty, from_host, copy, place, stamp))
+    touch()
 
 
 def leaf_array(obj: Any) -> "np.ndarray | DeviceArray | None":
@@ -162,3 +186,14 @@ def copy_leaves(srcs: list, dsts: list) -> bool:
         if a.copy is not None and a.copy(srcs, dsts):
             return True
     return False
+
+
+def stamps(objs: list) -> list | None:
+    """The ``stamp`` of a batch of objects from the first ``stamp`` hook that takes all of
+    them, else None."""
+    for a in _ADAPTERS:
+        if a.stamp is not None:
+            out = a.stamp(objs)
+            if out is not None:
+                return out
+    return None

@@ -26,6 +26,8 @@ import sys
 import threading
 import warnings
 import weakref
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -129,6 +131,28 @@ def writable(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None] | DeviceA
     return arr, finish
 
 
+def stamp(objs: list) -> list | None:
+    """The ``stamp`` hook: for a batch of strided, non-complex tensors, their data
+    pointers, shapes, strides and dtypes (four lists, each read by one C-level pass):
+    what ``writable``'s target of a tensor depends on (a view or detached tensor of
+    that memory, laid out so). ``t.data = ...``, ``set_``, ``resize_``,
+    ``as_strided_`` change one of them; a copy into the tensor changes none. None
+    when torch is not imported or some object is not such a tensor (complex tensors:
+    their conjugate bit is not stamped)."""
+    torch = _torch()
+    if torch is None or not all(map(isinstance, objs, repeat(torch.Tensor, len(objs)))):
+        return None
+    T = torch.Tensor
+    dtypes = list(map(_DTYPE, objs))
+    if any(d.is_complex for d in set(dtypes)):  # (a tensor keeps its layout: not stamped)
+        return None
+    return [list(map(T.data_ptr, objs)), list(map(T.size, objs)), list(map(T.stride, objs)),
+            dtypes]
+
+
+_DTYPE = attrgetter("dtype")
+
+
 def to_torch(tree: Any) -> Any:
     """The same tree with numpy arrays turned into torch tensors (bfloat16 kept)."""
     import torch  # optional dependency
@@ -172,6 +196,19 @@ class ModuleNode:
         if extra is not None:
             out.append((EXTRA_STATE, extra))
         return out
+
+    def _pyckpt_signature(self) -> tuple:
+        """What ``_pyckpt_children`` lists, as one cheaply compared value (the names and
+        object ids of the parameters, buffers and submodules, the non-persistent
+        buffer names, whether it has extra state): equal while the children are the
+        same objects under the same names (a kept walk is re-checked with it)."""
+        m = self.module
+        d = m.__dict__
+        p, b, c = d.get("_parameters", {}), d.get("_buffers", {}), d.get("_modules", {})
+        return (tuple(p), tuple(map(id, p.values())), tuple(b), tuple(map(id, b.values())),
+                tuple(c), tuple(map(id, c.values())),
+                frozenset(getattr(m, "_non_persistent_buffers_set", ())),
+                _extra_state(m) is not None)
 
     def _pyckpt_get_child(self, name: str) -> Any:
         """The child named ``name``. A node is made per visit of the module, so its
@@ -375,5 +412,5 @@ def register() -> None:
     """Registers the torch hooks (leaf, target, node, empty, from_host) with
     pyckpt.registry under the name "torch", and the part "torch" of GlobalRNG."""
     register_adapter("torch", leaf=to_numpy, target=writable, node=node_for, empty=empty,
-                     from_host=from_host, copy=_copy)
+                     from_host=from_host, copy=_copy, stamp=stamp)
     register_global("torch", global_state, set_global_state)

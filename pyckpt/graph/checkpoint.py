@@ -142,7 +142,8 @@ class Checkpoint(Trackable):
         # reported as an unmatched object (use read() to leave it alone entirely).
         has_counter = SAVE_COUNTER_KEY in source.graph.value
         session = RestoreSession(source, self, exclude_objects=() if has_counter else (counter,))
-        self._run(session, prefix_map)
+        if prefix_map or not isinstance(save_path, Snapshot) or not session.restore_kept():
+            self._run(session, prefix_map)  # (restore_kept: a snapshot through a kept walk)
         return LoadStatus(session)
 
     def _run(self, session: RestoreSession, prefix_map: dict[str, str] | None) -> None:

@@ -15,13 +15,14 @@ loaded into its object (``load_state_dict``).
 from __future__ import annotations
 
 import warnings
+from operator import attrgetter
 from typing import Any, Callable
 
 import numpy as np
 
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from ..device.array import DeviceArray
-from ..device.copies import unwritable
+from ..device.copies import copy_values, unwritable
 from ..tree import skeleton_leaves, unflatten
 from . import deferred
 from .keys import STATE_SUFFIX, escape, index_lists, path_string
@@ -30,6 +31,9 @@ from .object_graph import (MISSING, can_defer, child_lookup, get_child, ident, t
                            unit_restorer)
 from .sources import ValueSource
 from .stateful import PyValue
+from .walk_cache import walk_of
+
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
 
 
 class RestoreSession:
@@ -44,12 +48,41 @@ class RestoreSession:
         self.node_of: dict[Any, int] = {}      # ident(live object) -> stored node
         self.consumed: set[int] = set()        # stored value (and state) nodes restored
         self.exclude_objects = {id(o) for o in exclude_objects}
+        self.skipped = tuple(exclude_objects)
         self.exclude_keys = set(exclude_keys)
         self._with_values: set[int] | None = None
         self.units: set[int] = set()  # ids of objects restored as a whole
         self._key_nodes: dict[str, int] | None = None
 
     # -- matching --------------------------------------------------------------------
+    def restore_kept(self) -> bool:
+        """Restores a snapshot of a graph without states through the kept walk of the
+        root (``walk_cache``), when nothing was matched or excluded yet, the walk
+        still holds and has the snapshot's structure, and every value has the
+        snapshot's shape and dtype (host targets writable): then the full match
+        would pair node for node, so the values are copied in one batch and the
+        session records what that match records. Returns whether it restored; False
+        having done nothing."""
+        snap = getattr(self.source, "snapshot", None)
+        structure = getattr(snap, "_structure", None)
+        if snap is None or structure is None or self.matched or self.exclude_keys:
+            return False
+        walk, _ = walk_of(self.root, skip=self.skipped,  # (a snapshot of a kept walk:
+                          mode="try" if snap._kept else "kept")  # a kept one likely here)
+        if walk is None or not walk.same_as(self.graph, structure):
+            return False
+        srcs, dsts = list(snap.arrays.values()), walk.srcs
+        if list(map(_SHAPE, srcs)) != list(map(_SHAPE, dsts)) or \
+                list(map(_DTYPE, srcs)) != list(map(_DTYPE, dsts)) or \
+                any(unwritable(d) is not None for d in dsts if type(d) is np.ndarray):
+            return False  # the full match reports it, naming the key
+        copy_values(srcs, dsts)
+        objects = walk.objects(self.root)
+        self.matched = dict(enumerate(objects))
+        self.node_of = dict(zip(map(id, objects), range(len(objects))))
+        self.consumed = set(walk.live.values)
+        return True
+
     def restore_subtree(self, obj: Any, node: int, parent: Any = None, name: str | None = None) -> None:
         """Matches obj with stored node (and everything below), then restores the values.
         ``parent`` / ``name``: where obj was just assigned (restore-on-create), so that a

@@ -13,6 +13,8 @@ come from ``pyckpt.device.buffers.PinnedPool``.
 
 from __future__ import annotations
 
+import weakref
+from operator import attrgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -29,9 +31,10 @@ from ..tree import (flatten, is_array_kind, paired_leaves, replacement_scalar, s
 from ..variables import Variable
 from .keys import SAVE_COUNTER_KEY, VALUE_SUFFIX, escape, index_lists, unescape
 from .nodes import value_target
-from .object_graph import StoredGraph, traverse, unit_restorer
+from .object_graph import LiveGraph, StoredGraph, traverse, unit_restorer
 from .stateful import PyValue
 from .trackable import Trackable
+from .walk_cache import Walk, walk_of
 
 __all__ = ["Snapshot", "take_snapshot", "copy_state", "copy_values"]
 
@@ -64,6 +67,9 @@ class Snapshot:
         self.graph_doc = graph_doc  # the manifest form of the graph, for writing it out
         self._pool = PinnedPool()  # the page-locked buffers we own (``host=True``)
         self._structure: tuple | None = None  # LiveGraph.structure() of the walk taken
+        self._walk: Callable[[], Walk | None] = _no_walk  # the kept walk it was taken from
+        self._host = False  # taken with host=True
+        self._kept = False  # taken from a kept walk (walk_cache)
 
     def keys(self) -> list[str]:
         """The keys of the copied values."""
@@ -105,6 +111,10 @@ def _same_buffer(old: Any, src: Value) -> bool:
     return isinstance(old, np.ndarray) and old.shape == src.shape and old.dtype == src.dtype
 
 
+def _no_walk() -> None:
+    return None
+
+
 def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
                   host: bool = False) -> Snapshot:
     """Copies every value reachable from ``root`` (a Trackable, an ``nn.Module``, any
@@ -120,21 +130,45 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     reused instead of allocating new ones (device buffers, host arrays, and the
     page-locked buffer, which then belongs to the new snapshot), and so is its
     stored graph where the walk found the same graph (``LiveGraph.structure``:
-    edges, value nodes and type names, no states)."""
-    live = traverse(root)
-    keys = live.value_keys()
-    srcs: list[Value] = [live.array_of(n) for n in live.values]
-    snap = Snapshot(StoredGraph([], []), {})
-    final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
-    copy_values(srcs, final, threads)
-    structure = live.structure()
-    if into is not None and structure is not None and into._structure == structure:
-        snap.graph, snap.graph_doc = into.graph, into.graph_doc  # the same document
+    edges, value nodes and type names, no states).
+
+    The walk of root is kept and re-checked at the next call instead of walked
+    again where it can be (``walk_cache``); an ``into`` taken from the kept walk
+    that still holds gives its buffers key for key without a look at each."""
+    walk, live = walk_of(root)
+    structure: tuple | None
+    if walk is not None:
+        keys, srcs, structure = walk.keys, walk.srcs, walk.structure
     else:
+        assert live is not None
+        keys = live.value_keys()
+        srcs = [live.array_of(n) for n in live.values]
+        structure = live.structure()
+    snap = Snapshot(StoredGraph([], []), {})
+    if walk is not None and into is not None and into._walk() is walk and not host \
+            and not into._host and len(into.arrays) == len(srcs):
+        final = list(into.arrays.values())  # taken from this walk: each fits its key
+        for d in final:
+            if isinstance(d, np.ndarray):
+                d.flags.writeable = True  # our own buffer, made read-only when handed out
+    else:
+        final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
+    copy_values(srcs, final, threads)
+    if into is not None and structure is not None and (into._structure is structure or
+                                                       into._structure == structure):
+        snap.graph, snap.graph_doc = into.graph, into.graph_doc  # the same document
+    elif walk is not None:
+        snap.graph, snap.graph_doc = walk.stored(root)
+    else:
+        assert live is not None
         doc = live.to_json()
         snap.graph = StoredGraph.from_doc(doc)
         snap.graph_doc = doc
     snap._structure = structure
+    snap._host = host
+    if walk is not None:
+        snap._walk = weakref.ref(walk)
+        snap._kept = True
     for d in final:
         if isinstance(d, np.ndarray):
             d.flags.writeable = False  # a snapshot is a record; restoring copies out of it
@@ -184,15 +218,17 @@ def _is_graph(x: Any) -> bool:
     return node_proxy(x) is not None
 
 
-def _sources(x: Any) -> tuple[dict[str, Value], dict[str, Any], dict[str, str]]:
+def _sources(x: Any, live: LiveGraph | None = None
+             ) -> tuple[dict[str, Value], dict[str, Any], dict[str, str]]:
     """(key -> value, key prefix of a stateful object -> its stored state tree, key ->
-    leaf kind of the Python and numpy scalars among the values where it is known)."""
+    leaf kind of the Python and numpy scalars among the values where it is known).
+    ``live``: a full walk of x just made."""
     if isinstance(x, Snapshot):
         kinds = {k: kind for tree in x.graph.state if tree is not None
                  for k, kind in skeleton_leaves(tree).items() if not is_array_kind(kind)}
         return dict(x.arrays), _states(x.graph), kinds
     if _is_graph(x):
-        live = traverse(x)
+        live = live if live is not None else traverse(x)
         keys = live.value_keys()
         values = {k: live.array_of(n) for k, n in zip(keys, live.values)}
         kinds = {k: o.kind for k, o in ((k, live.objects[n]) for k, n in zip(keys, live.values))
@@ -310,7 +346,10 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     if leaves is not None and leaves[0] and (_copy_host_arrays(*leaves, threads) or
                                              (not threads and copy_leaves(*leaves))):
         return dst
-    s, states, kinds = _sources(src)
+    done, live = _copy_kept(src, dst, threads)
+    if done:
+        return dst
+    s, states, kinds = _sources(src, live)
     counter = _save_counter(dst)
     if counter is not None and SAVE_COUNTER_KEY in s:
         counter()  # created to be copied into, as restore creates it
@@ -339,6 +378,53 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     for (setter, kind, _, key), value in zip(pairs.setters, scalars):
         setter(replacement_scalar(kinds.get(key), value, kind))
     return dst
+
+
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
+
+
+def _copy_kept(src: Any, dst: Any, threads: int) -> tuple[bool, LiveGraph | None]:
+    """copy_state through kept walks (``walk_cache``): when ``src`` (a Snapshot of a
+    graph without states, or a graph whose walk is kept) and ``dst`` (a graph whose
+    walk is kept) have one structure, every value of the same shape and dtype and
+    every host destination writable, their values are copied in one batch, key for
+    key, as the full path would pair them. Returns (whether it copied, the full walk
+    of ``src`` made on the way, for the full path)."""
+    if not _is_graph(dst):
+        return False, None
+    if isinstance(src, Snapshot):
+        if src._structure is None:
+            return False, None
+        kept: Any = src.graph
+        structure, srcs = src._structure, list(src.arrays.values())
+        has_counter = SAVE_COUNTER_KEY in src.arrays
+        mode = "try" if src._kept else "kept"
+    elif _is_graph(src):
+        sw, live = walk_of(src)
+        if sw is None:
+            return False, live
+        kept, structure, srcs = sw, sw.structure, sw.srcs
+        has_counter = SAVE_COUNTER_KEY in sw.keys
+        mode = "try"
+    else:
+        return False, None
+    counter = _save_counter(dst)
+    if counter is not None and has_counter:
+        counter()  # created to be copied into, as the full path creates it
+    # a destination's counter the source lacks is left alone, as the full path leaves it
+    left = dst.__dict__.get("_save_counter") if counter is not None and not has_counter \
+        else None
+    dw, _ = walk_of(dst, skip=() if left is None else (left,), mode=mode)
+    if dw is None or not dw.same_as(kept, structure):
+        return False, None
+    dsts = dw.srcs
+    if list(map(_SHAPE, srcs)) != list(map(_SHAPE, dsts)) or \
+            list(map(_DTYPE, srcs)) != list(map(_DTYPE, dsts)) or \
+            any(t.hasobject for t in set(map(_DTYPE, dsts))) or \
+            any(unwritable(d) is not None for d in dsts if type(d) is np.ndarray):
+        return False, None
+    copy_values(srcs, dsts, threads)
+    return True, None
 
 
 def _save_counter(dst: Any) -> Callable[[], Any] | None:

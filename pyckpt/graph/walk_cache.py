@@ -1,0 +1,246 @@
+"""The last walk of a root, kept and re-checked instead of walked again (issue 40 item 4).
+
+``Checkpoint.snapshot()``, ``restore(snapshot)`` and ``copy_state`` of object graphs
+walk the graph (``object_graph.traverse``: several microseconds per value) only to
+find what they found the last time. ``walk_of(root)`` keeps, per root (weakly: the
+kept walk goes with the root), the last walk of a graph without states (no stateful
+nodes, Python values, objects restored as a whole, targets with a finish) whose
+values are numpy arrays, Variables or objects an adapter stamps (``registry.stamps``:
+torch tensors), and at the next call re-checks it by identity, in C-level passes:
+
+- each container, Trackable and adapter node still holds the same children under
+  the same names (dicts: their keys and the ids of their values; lists and tuples:
+  the ids of their items; Trackables: ``_pyckpt_children``; adapter nodes: their
+  ``_pyckpt_signature`` where they have one, else ``_pyckpt_children``);
+- each Variable holds the same array, each array keeps its shape and dtype, and the
+  adapter's stamps of the other values are equal (torch: data pointer, shape,
+  strides, dtype: a replaced ``.data``, ``set_`` or ``resize_`` is seen);
+- no adapter was registered since (``registry.generation``);
+- nothing is pending on a Trackable or tracked container (restore-on-create).
+
+Any difference, and any graph it does not keep, takes the full walk. A kept walk
+holds its objects (the root excepted) until the next check of its root replaces it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from ..registry import generation, node_proxy, stamps
+from ..variables import Variable
+from . import deferred
+from .nodes import Target, _adapt
+from .object_graph import LiveGraph, StoredGraph, traverse, unit_restorer
+from .stateful import PyValue
+from .trackable import Trackable
+
+__all__ = ["Walk", "walk_of", "forget"]
+
+#: root -> {ids of the skipped objects: the kept walk, or the generation in which the
+#: last walk was not kept}
+_WALKS: "weakref.WeakKeyDictionary[Any, dict[tuple, Walk | int]]" = \
+    weakref.WeakKeyDictionary()
+_VALUE = attrgetter("_value")
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
+
+#: How a node's children are re-checked.
+_DICT, _SEQ, _TRACKABLE, _SIGNED, _LISTED = range(5)
+
+
+class Walk:
+    """A walk of a root kept to be re-checked: the live graph (its root replaced by
+    None, so that the kept walk does not keep its root alive), the values' keys and
+    targets in ``values`` order, its ``structure`` and, once made, its stored graph."""
+
+    __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
+                 "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
+                 "_stamps", "_pending", "same_graphs", "skipped", "__weakref__")
+
+    def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
+                 checks: list[tuple[int, Any, Any]], foreign: list, foreign_stamps: list | None,
+                 pending: list) -> None:
+        self.live = live
+        self.keys = keys
+        self.targets = targets
+        self.structure = structure
+        self.graph: StoredGraph | None = None
+        self.doc: dict | None = None
+        self._generation = generation()
+        self._checks = checks
+        objs = live.objects
+        self._variables = [objs[n] for n in live.values if type(objs[n]) is Variable]
+        self._var_ids = [id(v._value) for v in self._variables]
+        self._arrays = [objs[n] for n in live.values if type(objs[n]) is np.ndarray] + \
+            [v._value for v in self._variables]
+        self._array_meta = [list(map(_SHAPE, self._arrays)), list(map(_DTYPE, self._arrays))]
+        self._foreign = foreign
+        self._stamps = foreign_stamps
+        self._pending = pending  # the Trackables and tracked containers (restore-on-create)
+        #: stored graphs and walks (kept alive here) found equal to ``structure``
+        self.same_graphs: list[Any] = []
+        self.skipped: tuple = ()
+
+    @property
+    def srcs(self) -> list:
+        """The arrays of the values, in ``values`` order."""
+        return [t[0] for t in self.targets]
+
+    def stored(self, root: Any) -> tuple[StoredGraph, dict]:
+        """The stored graph of the walk of ``root`` and its document (made once)."""
+        if self.graph is None or self.doc is None:
+            self.live.objects[0] = root
+            try:
+                self.doc = self.live.to_json()
+            finally:
+                self.live.objects[0] = None
+            self.graph = StoredGraph.from_doc(self.doc)
+        return self.graph, self.doc
+
+    def same_as(self, other: Any, structure: tuple) -> bool:
+        """Whether ``structure`` (that of ``other``: a stored graph or another Walk)
+        equals this walk's; ``other`` is remembered (a few), to be known by identity."""
+        if any(o is other for o in self.same_graphs):
+            return True
+        if structure is not self.structure and structure != self.structure:
+            return False
+        self.same_graphs = [other] + self.same_graphs[:3]
+        return True
+
+    def objects(self, root: Any) -> list[Any]:
+        """The walk's objects, numbered as ``traverse`` numbers them."""
+        return [root] + self.live.objects[1:]
+
+    def holds(self, root: Any) -> bool:
+        """Whether the graph of ``root`` is still the one walked (module doc)."""
+        if generation() != self._generation:
+            return False
+        for how, obj, seen in self._checks:
+            obj = root if obj is None else obj
+            if _signature(how, obj) != seen:
+                return False
+        if [id(v._value) for v in self._variables] != self._var_ids:
+            return False
+        arrays = self._arrays
+        if [list(map(_SHAPE, arrays)), list(map(_DTYPE, arrays))] != self._array_meta:
+            return False
+        if self._foreign and stamps(self._foreign) != self._stamps:
+            return False
+        for obj in self._pending:
+            if deferred.pending(root if obj is None else obj):
+                return False
+        return True
+
+
+def _signature(how: int, obj: Any) -> Any:
+    if how == _DICT:
+        return list(obj), list(map(id, obj.values()))
+    if how == _SEQ:
+        return list(map(id, obj))
+    if how == _TRACKABLE:
+        return [(name, id(c)) for name, c in obj._pyckpt_children()]
+    proxy = _adapt(obj)
+    if proxy is None:
+        return None
+    if how == _SIGNED:
+        return proxy._pyckpt_signature()
+    return [(name, id(c)) for name, c in proxy._pyckpt_children()]
+
+
+def _build(root: Any, live: LiveGraph) -> Walk | None:
+    """A Walk of ``live`` (just walked from root), or None for a graph it does not keep."""
+    if live.templates or live.units:
+        return None
+    values = set(live.values)
+    checks: list[tuple[int, Any, Any]] = []
+    pending: list[Any] = []
+    foreign: list[Any] = []
+    for n, obj in enumerate(live.objects):
+        if isinstance(obj, PyValue):
+            return None
+        if n in values:
+            if live.edges[n] or live.targets[n][1] is not None:
+                return None  # a value with children, or a target with a finish
+            if type(obj) is not np.ndarray and type(obj) is not Variable:
+                foreign.append(obj)
+            continue
+        if isinstance(obj, Trackable):
+            how = _TRACKABLE
+        elif isinstance(obj, dict):
+            how = _DICT
+        elif isinstance(obj, (list, tuple)):
+            how = _SEQ
+        elif isinstance(obj, (Variable, np.ndarray)) or unit_restorer(obj) is not None:
+            return None
+        else:
+            proxy = node_proxy(obj)
+            if proxy is None:
+                return None  # a StateNode (stateful objects) or an unknown kind
+            how = _SIGNED if hasattr(proxy, "_pyckpt_signature") else _LISTED
+        if deferred.pending(obj):
+            return None  # restore-on-create: the full walk
+        if isinstance(obj, Trackable) or type(obj) is not dict and type(obj) is not list \
+                and isinstance(obj, (dict, list)):
+            pending.append(None if n == 0 else obj)
+        checks.append((how, None if n == 0 else obj, _signature(how, obj)))
+    foreign_stamps = stamps(foreign) if foreign else None
+    if foreign and foreign_stamps is None:
+        return None
+    structure = live.structure()
+    assert structure is not None  # (no templates)
+    keys = live.value_keys()
+    targets = [live.targets[n] for n in live.values]
+    live.objects[0] = None  # the root is the weak key: not held by its own walk
+    live.ids.clear()  # (ids are for states, which a kept walk has none of)
+    return Walk(live, structure, keys, targets, checks, foreign, foreign_stamps, pending)
+
+
+def walk_of(root: Any, live: LiveGraph | None = None, skip: tuple = (), mode: str = "walk"
+            ) -> tuple[Walk | None, LiveGraph | None]:
+    """(the kept walk of root when it still holds, else a new one where root's graph
+    is kept (module doc), or None; the full walk made, or None when the kept one
+    held). ``live``: a full walk of root just made, to keep instead of walking.
+    ``skip``: objects left out of the walk (``traverse(skip=...)``), kept apart.
+    ``mode``: ``"walk"`` walks root whenever no kept walk holds (for callers that
+    need a full walk then); for callers that do not (a restore, which matches by
+    its own walk: a walk made here in vain would be a second one), ``"try"`` walks
+    unless the last walk of root was not kept (and no adapter was registered
+    since), ``"kept"`` only re-checks a kept walk (never walks: (None, None))."""
+    key = tuple(map(id, skip))
+    try:
+        kept = _WALKS.get(root)
+    except TypeError:  # not weakly referable (a dict): never kept
+        return None, (live if live is not None else traverse(root, skip=key))
+    walk = kept.get(key) if kept is not None else None
+    if isinstance(walk, int):  # the generation in which it was not kept
+        if mode != "walk" and live is None and walk == generation():
+            return None, None
+        walk = None
+    if walk is not None and live is None and walk.holds(root):
+        return walk, None
+    if mode == "kept" and live is None:
+        return None, None
+    if live is None:
+        live = traverse(root, skip=key)
+    walk = _build(root, live)
+    if kept is None:
+        kept = _WALKS[root] = {}
+    if walk is None:
+        kept[key] = generation()
+        return None, live
+    walk.skipped = skip  # held: their ids stay theirs
+    if len(kept) >= 4:
+        kept.clear()
+    kept[key] = walk
+    return walk, None
+
+
+def forget(root: Any) -> None:
+    """Drops the kept walk of root (none kept: nothing happens)."""
+    try:
+        _WALKS.pop(root, None)
+    except TypeError:
+        pass
