@@ -215,7 +215,7 @@ class TorchCudaEngine(CopyEngine):
 
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         t = self.torch.empty_like(src.obj, memory_format=self.torch.contiguous_format)
-        return DeviceArray(t, src.shape, src.dtype, src.device, self)
+        return DeviceArray.trusted(t, src.shape, src.dtype, src.device, self)  # (src's: checked)
 
     def synchronize(self) -> None:
         self.stream.synchronize()

@@ -24,6 +24,7 @@ from ..device.array import DeviceArray
 from ..device.buffers import PinnedPool
 from ..device.copies import Value, copy_values, unwritable
 from ..device.engine import CopyEngine
+from ..format.json_scan import no_cyclic_gc
 from ..load_into import collect_targets
 from ..registry import copy_leaves, node_proxy
 from ..tree import (flatten, is_array_kind, paired_leaves, replacement_scalar, skeleton_leaves,
@@ -152,7 +153,8 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
             if isinstance(d, np.ndarray):
                 d.flags.writeable = True  # our own buffer, made read-only when handed out
     else:
-        final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
+        with no_cyclic_gc():  # a buffer object per value, none in a cycle: no collections
+            final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
     copy_values(srcs, final, threads)
     if into is not None and structure is not None and (into._structure is structure or
                                                        into._structure == structure):

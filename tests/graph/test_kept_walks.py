@@ -276,3 +276,51 @@ def test_a_stamp_hook_decides_for_foreign_values(monkeypatch, walks):
     snap = ckpt.snapshot()
     assert len(walks["walk"]) == 4
     np.testing.assert_array_equal(snap["state/b/.ATTRIBUTES/VARIABLE_VALUE"], np.full(3, 2.0))
+
+
+def test_snapshot_buffers_are_made_without_cyclic_collections(monkeypatch):
+    """A buffer object per value, none in a cycle: the collector is paused while they are
+    made (each collection would walk every object of the process)."""
+    from pyckpt.device.array import DeviceArray
+    from pyckpt.device.engine import HostCopyEngine
+    from pyckpt.graph import snapshot as snapshot_mod
+
+    monkeypatch.setattr(registry, "_ADAPTERS", list(registry._ADAPTERS))
+    eng = HostCopyEngine()
+
+    class Dev:
+        def __init__(self, a):
+            self.a = a
+
+    def target(o):
+        return DeviceArray(o.a, o.a.shape, o.a.dtype, "host", eng) if isinstance(o, Dev) \
+            else None
+
+    registry.register_adapter("test.dev", leaf=target, target=target)
+    ckpt = pyckpt.Checkpoint(state={f"t{i}": Dev(np.ones(2)) for i in range(300)})
+    ckpt.snapshot()
+    inside = [False]
+    during: list[str] = []
+    real = snapshot_mod._snapshot_buffers
+
+    def buffers(*args):
+        inside[0] = True
+        try:
+            return real(*args)
+        finally:
+            inside[0] = False
+
+    def seen(phase, info):
+        if inside[0] and phase == "start":
+            during.append(phase)
+
+    monkeypatch.setattr(snapshot_mod, "_snapshot_buffers", buffers)
+    old = gc.get_threshold()
+    gc.callbacks.append(seen)
+    gc.set_threshold(20, 10, 10)
+    try:
+        ckpt.snapshot()
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(seen)
+    assert during == []
