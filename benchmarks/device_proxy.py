@@ -10,10 +10,12 @@ import numpy as np
 import torch
 
 from pyckpt.adapters import torch_device as td
-from pyckpt.adapters.torch_support import _not_strided, stamp
+from pyckpt import registry
+from pyckpt.adapters import torch_support
+from pyckpt.adapters.torch_support import _not_strided
 from pyckpt.device.array import DeviceArray
 from pyckpt.device.engine import CopyEngine, DoneTicket
-from pyckpt.registry import _ADAPTERS, Adapter, touch
+from pyckpt.registry import _ADAPTERS, Adapter
 
 
 class ProxyEngine(CopyEngine):
@@ -63,6 +65,9 @@ def copy_hook(srcs, dsts):
 
 def install() -> None:
     td._BY_INDEX[-1] = (ProxyEngine(), "cpu")  # what _engine_of finds for a CPU tensor
+    # its targets depend on what torch's do: torch's stamp (revisions that have one)
+    stamp = {"stamp": torch_support.stamp} if "stamp" in Adapter._fields else {}
     _ADAPTERS.insert(0, Adapter("proxy", leaf=as_device, target=as_device, copy=copy_hook,
-                                stamp=stamp))  # its targets depend on what torch's do
-    touch()
+                                **stamp))
+    if hasattr(registry, "touch"):
+        registry.touch()

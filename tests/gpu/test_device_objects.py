@@ -312,3 +312,37 @@ def test_copy_state_of_cuda_dicts_checks_every_pair_at_once(monkeypatch):
     per_value.clear()
     pyckpt.copy_state(src, cpu)
     assert len(per_value) == 1 and int(cpu["step"]) == 4
+
+
+def test_kept_walks_of_cuda_state_walk_once_and_see_new_storage(monkeypatch):
+    """snapshot(into=) and restore(snapshot) of CUDA modules and tensors re-check the kept
+    walk (graph/walk_cache.py) instead of walking again; a tensor given new storage
+    (``.data =``) and a replaced parameter are filled, a new dtype is refused by key."""
+    from pyckpt.graph import walk_cache
+    from pyckpt.testing.spies import count_calls
+
+    walks = count_calls(monkeypatch, walk_cache, "traverse")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2)).to(DEV)
+    src = pyckpt.Checkpoint(model=model, state=dict_state(5))
+    snap = src.snapshot(into=src.snapshot())
+    dst_model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2)).to(DEV)
+    dst = pyckpt.Checkpoint(model=dst_model, state=dict_state(6))
+    dst.restore(snap).assert_consumed()
+    ptrs = {k: t.data_ptr() for k, t in dst.state.items()}
+    dst.restore(snap).assert_consumed()
+    assert len(walks) == 2  # one per root
+    assert {k: t.data_ptr() for k, t in dst.state.items()} == ptrs  # filled in place
+    for k, t in src.state.items():
+        assert torch.equal(dst.state[k], t), k
+    new = torch.zeros_like(dst.state["w0"])
+    dst.state["w0"].data = new
+    p = torch.nn.Parameter(torch.zeros(4, 8, device=DEV))
+    dst_model[0].weight = p
+    dst.restore(snap).assert_consumed()
+    assert len(walks) == 3
+    assert torch.equal(new, src.state["w0"])
+    assert torch.equal(p.detach(), model[0].weight.detach())
+    dst.state["w1"].data = dst.state["w1"].data.double()
+    with pytest.raises(ValueError, match="state/w1"):
+        dst.restore(snap)
