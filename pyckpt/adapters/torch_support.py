@@ -201,8 +201,15 @@ class ModuleNode:
         """What ``_pyckpt_children`` lists, as one cheaply compared value (the names and
         object ids of the parameters, buffers and submodules, the non-persistent
         buffer names, whether it has extra state): equal while the children are the
-        same objects under the same names (a kept walk is re-checked with it)."""
+        same objects under the same names (a kept walk is re-checked with it). A module
+        class that lists its members its own way (overriding ``named_parameters``,
+        ``named_buffers`` or ``named_children``): its children's names and ids."""
         m = self.module
+        cls, base = type(m), _torch().nn.Module
+        if cls.named_parameters is not base.named_parameters or \
+                cls.named_buffers is not base.named_buffers or \
+                cls.named_children is not base.named_children:
+            return ("listed", tuple((n, id(c)) for n, c in self._pyckpt_children()))
         d = m.__dict__
         p, b, c = d.get("_parameters", {}), d.get("_buffers", {}), d.get("_modules", {})
         return (tuple(p), tuple(map(id, p.values())), tuple(b), tuple(map(id, b.values())),

@@ -324,3 +324,24 @@ def test_snapshot_buffers_are_made_without_cyclic_collections(monkeypatch):
         gc.set_threshold(*old)
         gc.callbacks.remove(seen)
     assert during == []
+
+
+def test_a_module_listing_its_members_its_own_way_is_checked_by_its_children(walks):
+    torch = _torch()
+
+    class Renamed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = {"w": torch.nn.Parameter(torch.ones(2))}
+
+        def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+            yield from self.inner.items()
+
+    m = Renamed()
+    ckpt = pyckpt.Checkpoint(model=m)
+    ckpt.snapshot()
+    ckpt.snapshot()
+    m.inner["w"] = torch.nn.Parameter(torch.full((2,), 3.0))  # not in m's own dicts
+    snap = ckpt.snapshot()
+    assert len(walks["walk"]) == 2
+    np.testing.assert_array_equal(snap["model/w/.ATTRIBUTES/VARIABLE_VALUE"], [3.0, 3.0])
