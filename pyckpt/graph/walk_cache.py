@@ -58,7 +58,7 @@ class Walk:
 
     __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
                  "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
-                 "_stamps", "_pending", "same_graphs", "skipped", "__weakref__")
+                 "_stamps", "_pending", "same_graphs", "skipped", "held", "__weakref__")
 
     def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
                  checks: list[tuple[int, Any, Any]], foreign: list, foreign_stamps: list | None,
@@ -83,6 +83,7 @@ class Walk:
         #: stored graphs and walks (kept alive here) found equal to ``structure``
         self.same_graphs: list[Any] = []
         self.skipped: tuple = ()
+        self.held: list = []  # objects whose ids the checks compare (not all are nodes)
 
     @property
     def srcs(self) -> list:
@@ -158,6 +159,7 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
     checks: list[tuple[int, Any, Any]] = []
     pending: list[Any] = []
     foreign: list[Any] = []
+    held: list[Any] = []  # the items of containers: their ids, compared, stay theirs
     for n, obj in enumerate(live.objects):
         if isinstance(obj, PyValue):
             return None
@@ -186,6 +188,8 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
                 and isinstance(obj, (dict, list)):
             pending.append(None if n == 0 else obj)
         checks.append((how, None if n == 0 else obj, _signature(how, obj)))
+        if how == _DICT or how == _SEQ and type(obj) is not tuple:
+            held.append(list(obj.values()) if how == _DICT else list(obj))
     foreign_stamps = stamps(foreign) if foreign else None
     if foreign and foreign_stamps is None:
         return None
@@ -195,7 +199,9 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
     targets = [live.targets[n] for n in live.values]
     live.objects[0] = None  # the root is the weak key: not held by its own walk
     live.ids.clear()  # (ids are for states, which a kept walk has none of)
-    return Walk(live, structure, keys, targets, checks, foreign, foreign_stamps, pending)
+    walk = Walk(live, structure, keys, targets, checks, foreign, foreign_stamps, pending)
+    walk.held = held
+    return walk
 
 
 def walk_of(root: Any, live: LiveGraph | None = None, skip: tuple = (), mode: str = "walk"
