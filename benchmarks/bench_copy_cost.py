@@ -19,7 +19,10 @@ are small, so the difference to ``torch._foreach_copy_`` is mostly the Python wo
 Per state, the median (and the best) of ``--reps`` calls of ``torch._foreach_copy_`` (the limit),
 ``copy_state`` (``gpt``: of the two dicts; ``seq32``: of the two modules), ``snapshot()``,
 ``snapshot(into=)`` and ``restore(snapshot)``; the table gives each with its Python cost
-per tensor ((time - limit) / tensors) and the earlier revision's.
+per tensor ((time - limit) / tensors) and the earlier revision's. Each operation is
+repeated on an unchanged graph, as a training loop repeats it: from the second call on,
+the graph's kept walk is re-checked instead of walked (pyckpt/graph/walk_cache.py; the
+proxy adapter stamps tensors as torch's does).
 
 Usage: python benchmarks/bench_copy_cost.py [--before REV] [--rounds 3] [--reps 21]
 """

@@ -19,7 +19,9 @@ torch tensors), and at the next call re-checks it by identity, in C-level passes
 - nothing is pending on a Trackable or tracked container (restore-on-create).
 
 Any difference, and any graph it does not keep, takes the full walk. A kept walk
-holds its objects (the root excepted) until the next check of its root replaces it.
+holds its objects (the root excepted) and their targets until the next walk of its
+root replaces it (so a tensor given new storage keeps its old storage alive until
+then); ``forget(root)`` drops it.
 """
 
 from __future__ import annotations
