@@ -44,7 +44,7 @@ from .host_memory import touched
 from .loading import bounce_bytes, release_bounce_buffers
 from .snapshot import release_shared
 
-__all__ = ["StagingBuffers", "PinnedPool", "lease_shared", "pinned_memory_kept",
+__all__ = ["StagingBuffers", "PinnedPool", "lease_shared", "on_release", "pinned_memory_kept",
            "release_staging_memory", "warm_shared"]
 
 _ALIGN = 256
@@ -345,11 +345,27 @@ def pinned_memory_kept() -> int:
     return _SHARED.pinned_bytes + bounce_bytes()
 
 
+#: what upper layers keep between calls and free with ``release_staging_memory``
+#: (``on_release``): the kept walks of in-memory copies (graph/walk_cache.py)
+_RELEASERS: list[Callable[[], None]] = []
+
+
+def on_release(free: Callable[[], None]) -> None:
+    """Registers ``free`` to run at every ``release_staging_memory()`` (once per
+    function, in registration order)."""
+    if free not in _RELEASERS:
+        _RELEASERS.append(free)
+
+
 def release_staging_memory() -> None:
     """Frees the pinned staging buffers and the device snapshot buffers
-    (``snapshot.py``) that plain ``pyckpt.save`` calls keep for the next save, and
-    the bounce buffers kept by loads into device memory (a manager's staging and
-    snapshot buffers are freed by its ``close()``)."""
+    (``snapshot.py``) that plain ``pyckpt.save`` calls keep for the next save, the
+    bounce buffers kept by loads into device memory (a manager's staging and
+    snapshot buffers are freed by its ``close()``), and what the upper layers
+    registered with ``on_release`` (the kept walks of ``snapshot()``,
+    ``restore(snapshot)`` and ``copy_state``, which hold the tensors they copy)."""
     release_shared()
     _SHARED.release()
     release_bounce_buffers()
+    for free in list(_RELEASERS):
+        free()

@@ -21,7 +21,8 @@ torch tensors), and at the next call re-checks it by identity, in C-level passes
 Any difference, and any graph it does not keep, takes the full walk. A kept walk
 holds its objects (the root excepted) and their targets until the next walk of its
 root replaces it (so a tensor given new storage keeps its old storage alive until
-then); ``forget(root)`` drops it.
+then); ``forget(root)`` drops it, ``pyckpt.device.release_staging_memory()`` drops
+them all.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device.buffers import on_release
 from ..registry import generation, node_proxy, stamps
 from ..variables import Variable
 from . import deferred
@@ -40,7 +42,7 @@ from .object_graph import LiveGraph, StoredGraph, traverse, unit_restorer
 from .stateful import PyValue
 from .trackable import Trackable
 
-__all__ = ["Walk", "walk_of", "forget"]
+__all__ = ["Walk", "walk_of", "forget", "forget_all"]
 
 #: root -> {ids of the skipped objects: the kept walk, or the generation in which the
 #: last walk was not kept}
@@ -252,3 +254,11 @@ def forget(root: Any) -> None:
         _WALKS.pop(root, None)
     except TypeError:
         pass
+
+
+def forget_all() -> None:
+    """Drops every kept walk (``pyckpt.device.release_staging_memory()`` calls it)."""
+    _WALKS.clear()
+
+
+on_release(forget_all)

@@ -345,3 +345,24 @@ def test_a_module_listing_its_members_its_own_way_is_checked_by_its_children(wal
     snap = ckpt.snapshot()
     assert len(walks["walk"]) == 2
     np.testing.assert_array_equal(snap["model/w/.ATTRIBUTES/VARIABLE_VALUE"], [3.0, 3.0])
+
+
+def test_release_staging_memory_drops_the_kept_walks_and_the_storage_they_hold(walks):
+    """A kept walk holds the tensors it copies: after ``.data`` is replaced (what
+    ``module.half()`` does), the old storage lives until the root's next walk, or until
+    ``pyckpt.device.release_staging_memory()``, which drops every kept walk."""
+    torch = _torch()
+    model = torch.nn.Linear(64, 64)
+    ck = pyckpt.Checkpoint(model=model)
+    ck.snapshot()
+    ck.snapshot()
+    assert len(walks["walk"]) == 1  # kept
+    old = weakref.ref(model.weight.data.untyped_storage())
+    model.weight.data = torch.zeros(64, 64)
+    gc.collect()
+    assert old() is not None  # held by the kept walk
+    pyckpt.device.release_staging_memory()
+    gc.collect()
+    assert old() is None
+    ck.snapshot()
+    assert len(walks["walk"]) == 2  # walked again after the release
