@@ -175,7 +175,7 @@ def plan_layout(nbytes: object, num_files: int, alignment: int) -> tuple:
 def read_shards(*, names: Sequence[str], buffers: list, bases: Sequence[int], keys: Sequence[str], sources: object, offsets: object, nbytes: object, crcs: object, crc_begin: object, dsts: list, options: ReadOptions = ReadOptions()) -> None:
     """Reads and verifies tensors from files (buffer None) or memory buffers into dsts."""
 
-def restricted_unpickle(*, data: bytes, allowed: dict, where: str, persistent: object, global_type: type, obj_type: type, short: object, work_per_byte: int, work_base: int, max_long_bytes: int) -> tuple:
+def restricted_unpickle(*, data: bytes, allowed: dict, where: str, persistent: object, global_type: type, obj_type: type, short: object, int_tuple: object, work_per_byte: int, work_base: int, max_long_bytes: int) -> tuple:
     """Runs the restricted pickle machine (pyckpt/codecs/distcp/unpickler.py's rules) over `data` to its STOP: (value, position after STOP); raises CorruptCheckpointError '<where>: <what> (pickle opcode at byte N)' for what it refuses."""
 
 def start_staged_write(*, paths: Sequence[str], file_sizes: Sequence[int], keys: Sequence[str], staging: list, live: object, files: object, offsets: object, options: WriteOptions = WriteOptions()) -> StagedWrite:

@@ -445,10 +445,28 @@ class Machine {
     if (g == nullptr || g->call == nullptr || !PyTuple_CheckExact(args.get()))
       return Fail("REDUCE of " + Short(fn) + ", which this reader does not call");
     if (!Charge(args.get())) return false;
+    if (g->call == a_.int_tuple) {  // torch.Size(dims), once per chunk box: natively
+      PyObject* r = IntTuple(args.get());
+      if (r != nullptr) return SetTop(r);
+      if (PyErr_Occurred()) return PyFail();
+    }  // else its Python function, and its message
     PyObject* r = PyObject_CallOneArg(g->call, args.get());
     if (r == nullptr)
       return CallbackFail([&] { return Utf8(g->qualname) + Short(args.get()); });
     return SetTop(r);
+  }
+  // unpickler.int_tuple of a tuple or list of exact ints: a new reference to the
+  // tuple of them; null without an error for anything else (its Python function
+  // says what is wrong), null with an error when memory runs out.
+  static PyObject* IntTuple(PyObject* args) {
+    if (PyTuple_GET_SIZE(args) != 1) return nullptr;
+    PyObject* dims = PyTuple_GET_ITEM(args, 0);
+    if (!PyTuple_CheckExact(dims) && !PyList_CheckExact(dims)) return nullptr;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(dims);
+    PyObject** items = PySequence_Fast_ITEMS(dims);
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (!PyLong_CheckExact(items[i])) return nullptr;
+    return PySequence_Tuple(dims);
   }
   bool NewObj() {
     Ref args;
@@ -734,7 +752,8 @@ void RegisterRestrictedPickle(py::module_& m) {
       "restricted_unpickle",
       [](const py::bytes& data, const py::dict& allowed, const py::str& where,
          const py::object& persistent, const py::type& global_type, const py::type& obj_type,
-         const py::object& short_fn, uint64_t work_per_byte, uint64_t work_base,
+         const py::object& short_fn, const py::object& int_tuple, uint64_t work_per_byte,
+         uint64_t work_base,
          uint64_t max_long_bytes) -> py::tuple {
         UnpickleArgs a;
         char* buf = nullptr;
@@ -747,6 +766,7 @@ void RegisterRestrictedPickle(py::module_& m) {
         a.global_type = global_type.ptr();
         a.obj_type = obj_type.ptr();
         a.short_fn = short_fn.ptr();
+        a.int_tuple = int_tuple.ptr();
         py::str state("state");
         a.state_name = state.ptr();
         a.where = Utf8(where.ptr());
@@ -763,6 +783,7 @@ void RegisterRestrictedPickle(py::module_& m) {
       },
       py::kw_only(), py::arg("data"), py::arg("allowed"), py::arg("where"),
       py::arg("persistent"), py::arg("global_type"), py::arg("obj_type"), py::arg("short"),
+      py::arg("int_tuple"),
       py::arg("work_per_byte"), py::arg("work_base"), py::arg("max_long_bytes"),
       "Runs the restricted pickle machine (pyckpt/codecs/distcp/unpickler.py's rules) over "
       "`data` to its STOP: (value, position after STOP); raises CorruptCheckpointError "

@@ -22,6 +22,7 @@ struct UnpickleArgs {
   PyObject* global_type = nullptr;  // unpickler.Global
   PyObject* obj_type = nullptr;     // unpickler.Obj: Obj(qualname, args); .state
   PyObject* short_fn = nullptr;     // unpickler._short: a value in a message
+  PyObject* int_tuple = nullptr;    // unpickler.int_tuple: a call run natively
   PyObject* state_name = nullptr;   // "state"
   std::string where;                // the messages' prefix
   uint64_t work_per_byte = 0, work_base = 0, max_long_bytes = 0;

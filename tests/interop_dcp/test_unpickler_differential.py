@@ -275,3 +275,21 @@ def test_a_callback_error_that_is_no_refusal_propagates():
     allowed = {("m", "f"): Global("m", "f", "function", boom)}
     with pytest.raises(RuntimeError, match="boom"):
         restricted_load(b"\x80\x02cm\nf\n)R.", allowed, where="t")
+
+
+def test_torch_size_natively_and_through_its_function_agree():
+    """torch.Size's call (``unpickler.int_tuple``) runs in the machine for a tuple or
+    list of ints and through the Python function for anything else: both give the
+    reference machine's value, or its refusal."""
+    def size_of(arg: bytes) -> bytes:  # torch.Size(<arg>) by hand, protocol 2
+        return b"\x80\x02ctorch\nSize\n" + arg + b"\x85R."
+    ints = pickle.dumps((1, 2, 3), protocol=2)[2:-1]
+    as_list = pickle.dumps([4, 5], protocol=2)[2:-1]
+    with_bool = pickle.dumps((1, True), protocol=2)[2:-1]
+    text = pickle.dumps("ab", protocol=2)[2:-1]
+    empty = pickle.dumps((), protocol=2)[2:-1]
+    outcomes = [agree(size_of(arg)) for arg in (ints, as_list, with_bool, text, empty)]
+    assert outcomes[0] == "value" and outcomes[1] == "value" and outcomes[4] == "value"
+    assert outcomes[2] == outcomes[3] == "refused"
+    assert restricted_load(size_of(ints), METADATA_GLOBALS, where="t") == (1, 2, 3)
+    assert restricted_load(size_of(as_list), METADATA_GLOBALS, where="t") == (4, 5)

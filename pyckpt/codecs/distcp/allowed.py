@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .unpickler import Global, Obj
+from .unpickler import Global, Obj, int_tuple
 
 __all__ = ["METADATA_GLOBALS", "ARCHIVE_GLOBALS", "TORCH_DTYPES", "STORAGE_DTYPES",
            "UNTYPED_STORAGE", "UNREAD_ITEMSIZE", "MEMORY_FORMATS", "Rebuild"]
@@ -55,18 +55,6 @@ _FS = "torch.distributed.checkpoint.filesystem"
 
 def _dtype(name: str) -> Global:
     return Global("torch", name, "dtype")
-
-
-def _size(args: tuple) -> tuple:
-    """``torch.Size(dims)``: a tuple of ints (called once per chunk box: kept lean)."""
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        dims = tuple(args[0])
-        for d in dims:
-            if type(d) is not int:
-                break
-        else:
-            return dims
-    raise ValueError("torch.Size takes one sequence of ints")
 
 
 def _layout(args: tuple) -> Global:
@@ -124,7 +112,7 @@ METADATA_GLOBALS = _table(
         "BytesStorageMetadata", "MetadataIndex", "StorageMeta")),
     Global(_DCP, "_MEM_FORMAT_ENCODING", "class", _mem_format),
     Global(_FS, "_StorageInfo", "class"),
-    Global("torch", "Size", "class", _size),
+    Global("torch", "Size", "class", int_tuple),
     Global("torch.serialization", "_get_layout", "function", _layout),
     *_DTYPE_GLOBALS, *_LAYOUT_GLOBALS,
     Global("pathlib", "PosixPath", "class", _path),

@@ -49,7 +49,7 @@ from typing import Any, Callable, Mapping
 from ..._native import core
 from ...errors import CorruptCheckpointError
 
-__all__ = ["Global", "Obj", "restricted_load", "MAX_LONG_BYTES", "WORK_PER_BYTE"]
+__all__ = ["Global", "Obj", "int_tuple", "restricted_load", "MAX_LONG_BYTES", "WORK_PER_BYTE"]
 
 #: longest integer (LONG1/LONG4 body) accepted, in bytes
 MAX_LONG_BYTES = 256
@@ -106,6 +106,21 @@ def _short(value: Any, depth: int = 0) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def int_tuple(args: tuple) -> tuple:
+    """A stand-in's ``call`` that makes a tuple of ints of its one argument, a tuple or
+    list of ints (``torch.Size(dims)``: called once per chunk box, so the machine runs
+    it natively, falling back to this function, and its message, for anything
+    else); ValueError otherwise."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        dims = tuple(args[0])
+        for d in dims:
+            if type(d) is not int:
+                break
+        else:
+            return dims
+    raise ValueError("torch.Size takes one sequence of ints")
+
+
 def restricted_load(data: bytes, allowed: Mapping[tuple[str, str], Global], *, where: str,
                     persistent: Callable[[Any], Any] | None = None,
                     exact: bool = True) -> Any:
@@ -114,11 +129,13 @@ def restricted_load(data: bytes, allowed: Mapping[tuple[str, str], Global], *, w
     stands for (None: refused). ``exact``: bytes after STOP are an error. Raises
     CorruptCheckpointError "<where>: <what> (pickle opcode at byte N)" for anything
     else. The machine is C++ (``_core.restricted_unpickle``); it calls back only into
-    the stand-ins' ``call``, ``persistent``, ``Obj`` and, for messages, ``_short``."""
+    the stand-ins' ``call`` (but ``int_tuple``'s, which it runs itself on a tuple or
+    list of ints), ``persistent``, ``Obj`` and, for messages, ``_short``."""
     value, end = core.restricted_unpickle(
         data=bytes(data), allowed=allowed if type(allowed) is dict else dict(allowed),
         where=where, persistent=persistent, global_type=Global, obj_type=Obj, short=_short,
-        work_per_byte=WORK_PER_BYTE, work_base=WORK_BASE, max_long_bytes=MAX_LONG_BYTES)
+        int_tuple=int_tuple, work_per_byte=WORK_PER_BYTE, work_base=WORK_BASE,
+        max_long_bytes=MAX_LONG_BYTES)
     if exact and end != len(data):
         raise CorruptCheckpointError(f"{where}: {len(data) - end} bytes after the pickle's STOP")
     return value
