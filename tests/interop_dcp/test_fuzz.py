@@ -6,6 +6,7 @@ runs are marked slow)."""
 
 import os
 import random
+import sys
 import time
 import tracemalloc
 
@@ -19,38 +20,15 @@ from pyckpt.codecs.distcp.unpickler import restricted_load
 from pyckpt.errors import CheckpointError
 from pyckpt.storage.local import LocalStore
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mutations import mutate  # noqa: E402 (tests/interop_dcp/mutations.py)
+
 CKPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "ckpt")
 
 
 def _read(name: str) -> bytes:
     with open(os.path.join(CKPT, name), "rb") as f:
         return f.read()
-
-
-def mutate(data: bytes, rng: random.Random) -> bytes:
-    """One to four random edits: flips, overwrites with interesting values, cuts,
-    insertions, duplicated spans."""
-    out = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        if not out:
-            out += bytes([rng.randrange(256)])
-        pos = rng.randrange(len(out))
-        kind = rng.randrange(6)
-        if kind == 0:
-            out[pos] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            out[pos] = rng.choice([0, 1, 0x7F, 0x80, 0xFF, ord("."), ord("R"), ord("b"), 0x94])
-        elif kind == 2:
-            del out[pos:pos + rng.randint(1, 64)]
-        elif kind == 3:
-            out[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-        elif kind == 4:
-            n = rng.choice([4, 8])
-            out[pos:pos + n] = rng.choice([b"\xff" * n, b"\x00" * n, b"\x7f" + b"\xff" * (n - 1)])
-        else:
-            span = out[pos:pos + rng.randint(1, 32)]
-            out[rng.randrange(len(out) + 1):0] = span
-    return bytes(out)
 
 
 def _only_checkpoint_errors(fn, inputs, budget_s: float) -> int:
