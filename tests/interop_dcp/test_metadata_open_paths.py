@@ -147,3 +147,16 @@ def test_the_plain_path_gives_what_the_full_checks_give(monkeypatch):
     assert sum(p[0] == "value" for p in plain) > 20
     for d, p, f in zip(inputs, plain, full):
         assert p == f, d
+
+
+@pytest.mark.parametrize("value", [b"}", b"]", b")"])  # an empty dict, list, tuple
+def test_a_storage_record_whose_file_name_is_no_string_is_refused(value):
+    """A storage record naming its file by a dict (unhashable) once left the plain path
+    with a TypeError (found by the mutations of test_fuzz.py): any kind there is
+    refused by the full checks, naming the record."""
+    with open(os.path.join(CKPT, ".metadata"), "rb") as f:
+        data = f.read()
+    name = b"\x8c\x0c__0_0.distcp"
+    assert name in data
+    with pytest.raises(CorruptCheckpointError, match="storage record"):
+        decode_metadata(data.replace(name, value), "/ck/.metadata")

@@ -225,10 +225,10 @@ def _plain_storage_record(idx: Any, info: Any, names: set[str]) -> tuple[
     if type(fqn) is not str or not (off is None or _counts(off)) \
             or type(offset) is not int or type(length) is not int \
             or not (0 <= offset and 0 <= length and offset + length <= MAX_BYTES) \
-            or g.get("transform_descriptors") not in _NO_TRANSFORMS:
+            or g.get("transform_descriptors") not in _NO_TRANSFORMS or type(path) is not str:
         return None
     if path not in names:
-        if type(path) is not str or len(path) > MAX_NAME or not _PLAIN_NAME.match(path) \
+        if len(path) > MAX_NAME or not _PLAIN_NAME.match(path) \
                 or path in (".", ".."):
             return None
         names.add(path)
