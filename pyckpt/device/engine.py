@@ -139,6 +139,12 @@ class CopyEngine(ABC):
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         """A new, uninitialised DeviceArray like ``src`` on its device."""
 
+    def empties_like(self, srcs: Sequence[DeviceArray]) -> list[DeviceArray]:
+        """``empty_like`` of each of ``srcs`` (all of this engine), in order. An engine
+        may make them views of fewer allocations (one per dtype); each is new memory,
+        shared with no other array."""
+        return [self.empty_like(s) for s in srcs]
+
     def alloc_host(self, nbytes: int) -> np.ndarray:
         """A 1-D uint8 host buffer of ``nbytes`` (plain memory unless overridden)."""
         return np.empty(int(nbytes), dtype=np.uint8)

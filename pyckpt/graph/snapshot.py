@@ -14,8 +14,9 @@ come from ``pyckpt.device.buffers.PinnedPool``.
 from __future__ import annotations
 
 import weakref
+from itertools import repeat
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -120,7 +121,7 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
                   host: bool = False) -> Snapshot:
     """Copies every value reachable from ``root`` (a Trackable, an ``nn.Module``, any
     graph node): host values in parallel (C++ core, GIL released), device values
-    on their device into buffers of the same device (``engine.empty_like``,
+    on their device into buffers of the same device (``engine.empties_like``,
     ``engine.copy``: queued in order with the caller's work, nothing crosses PCIe).
 
     ``host=True`` puts the copies of device values in page-locked host memory
@@ -181,11 +182,18 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
 def _snapshot_buffers(keys: list[str], srcs: list[Value], into: Snapshot | None, host: bool,
                       pool: PinnedPool) -> list[Value]:
     """A buffer for the copy of each source: ``into``'s buffer of the key where it
-    fits, else a new one (on the source's device; in ``pool``'s page-locked memory
-    for a device value with ``host``)."""
+    fits, else a new one (on the source's device: ``engine.empties_like`` of the
+    engine's sources, in one call per engine; in ``pool``'s page-locked memory for a
+    device value with ``host``)."""
+    if into is None and not host and srcs and \
+            all(map(isinstance, srcs, repeat(DeviceArray))):
+        engines = set(map(_ENGINE, srcs))
+        if len(engines) == 1:
+            return list(engines.pop().empties_like(srcs))
     reuse: dict[str, Value] = into.arrays if into is not None else {}
     dsts: list[Value | None] = [None] * len(srcs)
     pinned: list[tuple[int, DeviceArray]] = []
+    fresh: dict[CopyEngine, list[int]] = {}
     for i, (key, src) in enumerate(zip(keys, srcs)):
         old = reuse.get(key)
         if isinstance(src, DeviceArray) and host:
@@ -195,9 +203,13 @@ def _snapshot_buffers(keys: list[str], srcs: list[Value], into: Snapshot | None,
                 old.flags.writeable = True  # our own buffer, made read-only when handed out
             dsts[i] = old
         elif isinstance(src, DeviceArray):
-            dsts[i] = src.engine.empty_like(src)
+            fresh.setdefault(src.engine, []).append(i)
         else:
             dsts[i] = np.empty(src.shape, dtype=src.dtype)
+    for eng, pick in fresh.items():
+        made = eng.empties_like([cast(DeviceArray, srcs[i]) for i in pick])
+        for i, new in zip(pick, made):
+            dsts[i] = new
     placed = pool.place([src for _, src in pinned], into._pool if into is not None else None)
     for (i, _), buf in zip(pinned, placed):
         dsts[i] = buf
@@ -382,7 +394,7 @@ def copy_state(src: Any, dst: Any, *, strict: bool = True, threads: int = 0) -> 
     return dst
 
 
-_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
+_SHAPE, _DTYPE, _ENGINE = attrgetter("shape"), attrgetter("dtype"), attrgetter("engine")
 
 
 def _copy_kept(src: Any, dst: Any, threads: int) -> tuple[bool, LiveGraph | None]:
