@@ -9,7 +9,9 @@ an adapter placed before torch's makes every CPU tensor a ``DeviceArray`` of a s
 engine (its ``copy`` is ``torch_device.foreach_copy``, its ``empty_like``
 ``torch.empty_like``, as ``TorchCudaEngine``'s), and the ``copy`` hook is
 ``torch_device.copy_tensors`` with every pair copied by ``foreach_copy``. The tensors
-are small, so the difference to ``torch._foreach_copy_`` is mostly the Python work:
+are small, so the difference to ``torch._foreach_copy_`` is mostly the Python work
+(glibc's mmap threshold is raised so that freed memory is reused, as CUDA's caching
+allocator reuses it: one snapshot's buffers do not fault in fresh pages):
 
 - ``gpt``: ``Checkpoint(state=...)`` of 1,162 float32 tensors (bench_gpu.py's 32-layer
   transformer with Adam m and v, ``--mib`` MiB);
@@ -103,6 +105,10 @@ def measure(tree: Path | None, args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     if tree is not None:
         env["PYCKPT_BENCH_TREE"] = str(tree)
+    # freed memory reused, as CUDA's caching allocator reuses it (glibc would unmap a large
+    # freed block and fault its pages in again at the next snapshot's first copy)
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))  # (its maximum)
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 31))
     r = subprocess.run([sys.executable, "-c", TREE_PRELUDE + MEASURE, str(HERE), str(args.mib),
                         str(args.reps)], capture_output=True, text=True, env=env,
                        cwd=tempfile.gettempdir(), timeout=1800)

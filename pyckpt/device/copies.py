@@ -22,7 +22,7 @@ from .._native import core as _core
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket
 
-__all__ = ["Value", "copy_values", "unwritable", "overlap"]
+__all__ = ["Value", "copy_values", "one_engine", "unwritable", "overlap"]
 
 #: A value as the copy routines see it: a host array or an array in device memory.
 Value = Union[np.ndarray, DeviceArray]
@@ -184,8 +184,8 @@ def copy_values(srcs: Sequence[Value], dsts: Sequence[Value], threads: int = 0) 
     restore of device state), is checked for all values at once and handed to
     ``engine.copy`` as it is, without sorting value by value.
     """
-    eng = _one_engine(srcs, dsts)
-    if eng is not None:  # (every value a DeviceArray: _one_engine checked)
+    eng = one_engine(srcs, dsts)
+    if eng is not None:  # (every value a DeviceArray: one_engine checked)
         eng.copy(cast(Sequence[DeviceArray], srcs), cast(Sequence[DeviceArray], dsts))
         return
     routes = _Routes()
@@ -195,7 +195,7 @@ def copy_values(srcs: Sequence[Value], dsts: Sequence[Value], threads: int = 0) 
     _forward(routes.bounce, threads)
 
 
-def _one_engine(srcs: Sequence[Value], dsts: Sequence[Value]) -> CopyEngine | None:
+def one_engine(srcs: Sequence[Value], dsts: Sequence[Value]) -> CopyEngine | None:
     """The engine of every value when all are DeviceArrays of one engine and each pair
     has one dtype (``copy_values``' device-to-device route for all of them), else None."""
     if not srcs or len(srcs) != len(dsts) or not all(map(isinstance, srcs, repeat(DeviceArray))) \

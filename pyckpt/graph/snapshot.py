@@ -156,7 +156,11 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     else:
         with no_cyclic_gc():  # a buffer object per value, none in a cycle: no collections
             final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
-    copy_values(srcs, final, threads)
+    eng = walk.engine if walk is not None and not host else None
+    if eng is not None:  # buffers made like the walk's values, or kept fitting them
+        eng.copy(srcs, final)
+    else:
+        copy_values(srcs, final, threads)
     if into is not None and structure is not None and (into._structure is structure or
                                                        into._structure == structure):
         snap.graph, snap.graph_doc = into.graph, into.graph_doc  # the same document

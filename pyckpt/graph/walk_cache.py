@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..device.buffers import on_release
+from ..device.copies import one_engine
 from ..registry import generation, node_proxy, stamps
 from ..variables import Variable
 from . import deferred
@@ -49,6 +50,7 @@ __all__ = ["Walk", "walk_of", "forget", "forget_all"]
 _WALKS: "weakref.WeakKeyDictionary[Any, dict[tuple, Walk | int]]" = \
     weakref.WeakKeyDictionary()
 _VALUE = attrgetter("_value")
+_UNKNOWN = object()
 _SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
 
 #: How a node's children are re-checked.
@@ -62,7 +64,8 @@ class Walk:
 
     __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
                  "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
-                 "_stamps", "_pending", "same_graphs", "skipped", "held", "__weakref__")
+                 "_stamps", "_pending", "same_graphs", "skipped", "held", "fit", "_engine",
+                 "__weakref__")
 
     def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
                  checks: list[tuple[int, Any, Any]], foreign: list, foreign_stamps: list | None,
@@ -88,6 +91,21 @@ class Walk:
         self.same_graphs: list[Any] = []
         self.skipped: tuple = ()
         self.held: list = []  # objects whose ids the checks compare (not all are nodes)
+        #: (weak reference to a snapshot, ids of its buffers, engine): a snapshot whose
+        #: buffers were found to pair with ``srcs`` as one engine batch (restore_kept)
+        self.fit: tuple | None = None
+        self._engine: Any = _UNKNOWN
+
+    @property
+    def engine(self) -> Any:
+        """The engine of every value when all are DeviceArrays of one engine (their
+        buffers made like them, by ``empties_like`` or kept by ``into=``, pair with
+        them as one ``engine.copy`` batch), else None; found once (the values of a
+        kept walk are the same objects at every call)."""
+        if self._engine is _UNKNOWN:
+            srcs = self.srcs
+            self._engine = one_engine(srcs, srcs)
+        return self._engine
 
     @property
     def srcs(self) -> list:

@@ -1,0 +1,93 @@
+"""Kept walks of device values (issue 40 item 4): the engine check of a batch is done
+once per kept walk, not per call. ``snapshot()`` / ``snapshot(into=)`` of a kept walk
+whose values are DeviceArrays of one engine hand the batch to ``engine.copy`` without
+``copy_values``' check (``Walk.engine``, found once); ``restore(snapshot)`` of the
+same snapshot into the same kept walk skips its shape, dtype and engine checks after
+the first call (``Walk.fit``), and checks again for any other snapshot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyckpt
+from pyckpt import registry
+from pyckpt.device.array import DeviceArray
+from pyckpt.device.engine import HostCopyEngine
+from pyckpt.graph import restore as restore_mod
+from pyckpt.graph import snapshot as snapshot_mod
+from pyckpt.graph import walk_cache
+from pyckpt.testing.spies import count_calls
+
+
+class _Engine(HostCopyEngine):
+    def __init__(self):
+        super().__init__()
+        self.copies = 0
+
+    def copy(self, srcs, dsts):
+        self.copies += 1
+        super().copy(srcs, dsts)
+
+
+class Box:
+    """A device value: its DeviceArray is its target."""
+
+    def __init__(self, eng, arr):
+        self.d = DeviceArray(arr, arr.shape, arr.dtype, "host", eng)
+
+
+def _target(o):
+    return o.d if isinstance(o, Box) else None
+
+
+@pytest.fixture
+def eng(monkeypatch):
+    monkeypatch.setattr(registry, "_ADAPTERS", list(registry._ADAPTERS))
+    registry.register_adapter("test.devbox", leaf=_target, target=_target,
+                              stamp=lambda objs: [id(o.d) for o in objs]
+                              if all(isinstance(o, Box) for o in objs) else None)
+    yield _Engine()
+    walk_cache.forget_all()
+
+
+def _state(eng, seed, n=5):
+    rng = np.random.default_rng(seed)
+    return {f"b{i}": Box(eng, rng.standard_normal((i + 1, 2)).astype(np.float32))
+            for i in range(n)}
+
+
+def test_snapshots_of_a_kept_walk_check_the_engine_once(eng, monkeypatch):
+    ckpt = pyckpt.Checkpoint(state=_state(eng, 0))
+    checks = count_calls(monkeypatch, walk_cache, "one_engine")
+    routed = count_calls(monkeypatch, snapshot_mod, "copy_values")
+    ckpt.snapshot()
+    snap = ckpt.snapshot()
+    snap2 = ckpt.snapshot(into=snap)
+    snap3 = ckpt.snapshot()
+    assert len(checks) == 1 and routed == [] and eng.copies == 4
+    for s in (snap2, snap3):
+        for i in range(5):
+            np.testing.assert_array_equal(s[f"state/b{i}/.ATTRIBUTES/VARIABLE_VALUE"],
+                                          ckpt.state[f"b{i}"].d.obj)
+
+
+def test_restore_of_the_same_snapshot_checks_its_pairs_once(eng, monkeypatch):
+    src = pyckpt.Checkpoint(state=_state(eng, 0))
+    dst = pyckpt.Checkpoint(state=_state(eng, 1))
+    snap = src.snapshot()
+    checks = count_calls(monkeypatch, restore_mod, "one_engine")
+    dst.restore(snap)  # walks dst, keeps the walk, checks the pairs
+    dst.restore(snap)
+    for b in dst.state.values():
+        b.d.obj[...] = 7
+    dst.restore(snap).assert_consumed()
+    assert len(checks) == 1  # the first restore of snap
+    for i in range(5):
+        np.testing.assert_array_equal(dst.state[f"b{i}"].d.obj, src.state[f"b{i}"].d.obj)
+    other = src.snapshot()
+    dst.restore(other)
+    assert len(checks) == 2  # another snapshot: checked
+    dst.state["b2"] = Box(eng, np.zeros((9, 9), np.float32))  # a new value: a new walk
+    with pytest.raises(ValueError, match="b2"):
+        dst.restore(snap)
