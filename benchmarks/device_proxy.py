@@ -19,8 +19,7 @@ from pyckpt.registry import _ADAPTERS, Adapter
 
 
 class ProxyEngine(CopyEngine):
-    """``TorchCudaEngine``'s ``copy``, ``empty_like`` and ``empties_like``, on CPU tensors
-    (an earlier revision without ``empties_like`` does not call it)."""
+    """``TorchCudaEngine``'s ``copy`` and ``empty_like``, on CPU tensors."""
 
     name = "proxy"
 
@@ -40,9 +39,6 @@ class ProxyEngine(CopyEngine):
     def empty_like(self, src):
         t = torch.empty_like(src.obj, memory_format=torch.contiguous_format)
         return DeviceArray.trusted(t, src.shape, src.dtype, src.device, self)
-
-    def empties_like(self, srcs):
-        return td.carve_empties(torch, srcs, self)
 
     def alloc_host(self, nbytes):
         return np.empty(nbytes, np.uint8)

@@ -32,7 +32,7 @@ DeviceArray (CPU tensors are numpy views, ``torch_support.py``).
 from __future__ import annotations
 
 import threading
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, Callable, Sequence
 
@@ -217,9 +217,6 @@ class TorchCudaEngine(CopyEngine):
         t = self.torch.empty_like(src.obj, memory_format=self.torch.contiguous_format)
         return DeviceArray.trusted(t, src.shape, src.dtype, src.device, self)  # (src's: checked)
 
-    def empties_like(self, srcs: Sequence[DeviceArray]) -> list[DeviceArray]:
-        return carve_empties(self.torch, srcs, self)
-
     def synchronize(self) -> None:
         self.stream.synchronize()
 
@@ -269,53 +266,6 @@ def foreach_copy(torch: Any, dsts: list, srcs: list, contiguous: bool | None = N
         else:
             for a, b in zip(dsts, srcs):
                 a.copy_(b)
-
-
-#: Where each tensor of ``carve_empties`` starts in its allocation: a multiple of this many
-#: bytes, as a tensor of its own would (vectorised copy kernels need aligned memory).
-CARVE_ALIGN = 256
-
-
-def carve_empties(torch: Any, srcs: Sequence[DeviceArray], engine: CopyEngine) -> list[DeviceArray]:
-    """``empty_like`` (contiguous) of each of ``srcs`` (DeviceArrays of ``engine``, one
-    device), in order. Where every source is contiguous: one ``torch.empty`` per dtype,
-    each new tensor an ``as_strided`` view of it (the source's size and strides)
-    starting ``CARVE_ALIGN``-aligned (no allocator call per tensor); else
-    ``empty_like`` of each. The views share their allocation with each other only:
-    new memory, no other array's, freed when the last of them goes."""
-    if not srcs:
-        return []
-    T = torch.Tensor
-    objs = [s.obj for s in srcs]
-    if not all(map(T.is_contiguous, objs)):
-        made: list[Any] = [torch.empty_like(t, memory_format=torch.contiguous_format)
-                           for t in objs]
-    else:
-        dtypes = list(map(_DTYPE, objs))
-        groups: dict[Any, list[int]] = {}
-        if len(set(dtypes)) == 1:
-            groups[dtypes[0]] = list(range(len(objs)))
-        else:
-            for i, dt in enumerate(dtypes):
-                groups.setdefault(dt, []).append(i)
-        made = [None] * len(objs)
-        device = objs[0].device
-        for dt, pick in groups.items():
-            whole = len(pick) == len(objs)
-            group = objs if whole else [objs[i] for i in pick]
-            step = max(1, CARVE_ALIGN // group[0].element_size())
-            offsets = list(accumulate((n + (-n % step) for n in map(T.numel, group)),
-                                      initial=0))
-            flat = torch.empty(offsets.pop(), dtype=dt, device=device)
-            views = list(map(flat.as_strided, map(T.size, group), map(T.stride, group),
-                             offsets))
-            if whole:
-                made = views
-            else:
-                for i, v in zip(pick, views):
-                    made[i] = v
-    trusted = DeviceArray.trusted
-    return [trusted(v, s.shape, s.dtype, s.device, engine) for v, s in zip(made, srcs)]
 
 
 #: CPU tensors below this size are copied by torch in one batch; larger ones by the

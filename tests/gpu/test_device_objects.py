@@ -347,31 +347,3 @@ def test_kept_walks_of_cuda_state_walk_once_and_see_new_storage(monkeypatch):
     with pytest.raises(ValueError, match="state/w1"):
         dst.restore(snap)
 
-
-def test_snapshot_buffers_are_carved_from_one_allocation_per_dtype():
-    """snapshot() of many CUDA tensors makes its buffers as views of one allocation per
-    dtype (``torch_device.carve_empties``): each new memory, aligned, and a record
-    that later changes to the live tensors leave alone."""
-    from pyckpt.adapters import torch_device as td
-
-    src = pyckpt.Checkpoint(state=dict_state(5))
-    want = {k: t.clone() for k, t in src.state.items()}
-    snap = src.snapshot()
-    live = {t.untyped_storage().data_ptr() for t in src.state.values()}
-    bases: dict = {}
-    for k in snap.keys():
-        buf = snap[k]
-        assert buf.is_cuda and buf.is_contiguous()
-        base = buf.untyped_storage().data_ptr()
-        assert base not in live and buf.data_ptr() % td.CARVE_ALIGN == 0
-        bases.setdefault(buf.dtype, set()).add(base)
-    assert {dt: len(b) for dt, b in bases.items()} == {torch.float32: 1, torch.bfloat16: 1,
-                                                       torch.int64: 1}
-    with torch.no_grad():
-        for t in src.state.values():
-            t.add_(3)
-    for k, t in want.items():
-        assert torch.equal(snap[f"state/{k}/.ATTRIBUTES/VARIABLE_VALUE"], t), k
-    src.restore(snap).assert_consumed()
-    for k, t in want.items():
-        assert torch.equal(src.state[k], t), k
