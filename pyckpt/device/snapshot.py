@@ -110,12 +110,14 @@ class DeviceSnapshot:
         keeps no snapshots."""
         if not need or self.max_bytes == 0:
             return False
-        if self.max_bytes is not None:
-            return all(n <= self.max_bytes for n in need.values())
         for (eng, device), n in need.items():
             free, total = eng.device_memory(device)
-            if total <= 0:
+            if total <= 0:  # an engine that keeps no snapshots (CopyEngine's default)
                 return False
+            if self.max_bytes is not None:
+                if n > self.max_bytes:
+                    return False
+                continue
             held = self._slabs.get((eng, device))
             free += held.nbytes if held is not None else 0
             if n > free - max(MARGIN_BYTES, int(total * MARGIN_FRACTION)):

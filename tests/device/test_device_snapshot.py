@@ -213,3 +213,14 @@ def test_snapshot_buffers_follow_the_layout(fake_device):
         snap.unhold()
     snap.release()
     assert snap.device_bytes == 0
+
+
+def test_an_engine_without_device_snapshots_never_takes_the_route(fake_device, tmp_path):
+    """An engine that reports no device memory (CopyEngine's default: (0, 0), as JAX's)
+    is never asked for device buffers, whatever the budget: its saves stage on the host
+    without trying (and failing) an allocation first."""
+    fake_device.device_free = None  # device_memory() -> (0, 0)
+    h = pyckpt.save(_state(), tmp_path / "c", blocking=False,
+                    max_device_snapshot_bytes=64 * MiB)
+    assert h.staging.route != "device" and fake_device.device_allocs == 0
+    h.wait()
