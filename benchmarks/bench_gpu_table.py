@@ -558,11 +558,11 @@ class Bench:
             drop = lambda: None  # noqa: E731 - never drop a shared machine's cache
             note = "dry run: page cache NOT dropped"
         else:
-            ok, why = can_drop_caches()
+            ok, why = self.h.can_drop_caches()
             if not ok:
                 self.rows.note_all(ids, f"skipped: cannot drop the page cache ({why})")
                 return
-            drop = drop_caches
+            drop = self.h.drop_caches
         torch = self.torch
         into = {k: torch.zeros_like(t) for k, t in self.state.items()}
         read_into = self.h.touched_like(self.host)
@@ -624,20 +624,6 @@ def describe_staging(handle: Any) -> str:
                 parts.append(f"{k}={v}")
         return "staging: " + ", ".join(parts)
     return f"staging: {rep}"[:80]
-
-
-def drop_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3")
-
-
-def can_drop_caches() -> tuple[bool, str]:
-    try:
-        drop_caches()
-        return True, ""
-    except OSError as e:
-        return False, f"{type(e).__name__}: {e}"
 
 
 SECTIONS = {  # in the order they run by default (the quick ones first)
