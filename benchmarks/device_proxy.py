@@ -19,7 +19,8 @@ from pyckpt.registry import _ADAPTERS, Adapter
 
 
 class ProxyEngine(CopyEngine):
-    """``TorchCudaEngine``'s ``copy`` and ``empty_like``, on CPU tensors."""
+    """``TorchCudaEngine``'s ``copy``, ``batch``, ``copy_batches`` and ``empty_like``,
+    on CPU tensors."""
 
     name = "proxy"
 
@@ -35,6 +36,13 @@ class ProxyEngine(CopyEngine):
 
     def copy(self, srcs, dsts):
         td.foreach_copy(torch, [x.obj for x in dsts], [x.obj for x in srcs])
+
+    if hasattr(td, "tensor_batch"):  # (revisions that have batches)
+        def batch(self, arrays):
+            return td.tensor_batch(torch, arrays)
+
+        def copy_batches(self, srcs, dsts):
+            td.copy_tensor_batches(torch, srcs, dsts)
 
     def empty_like(self, src):
         t = torch.empty_like(src.obj, memory_format=torch.contiguous_format)

@@ -40,11 +40,11 @@ import numpy as np
 
 from ..device.array import DeviceArray
 from ..device.copies import overlap
-from ..device.engine import CopyEngine, Ticket
+from ..device.engine import Batch, CopyEngine, Ticket
 from ..device.host_memory import touched
 
 __all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype", "foreach_copy",
-           "copy_tensors", "ML_NAMES"]
+           "copy_tensors", "tensor_batch", "copy_tensor_batches", "ML_NAMES"]
 
 #: torch dtypes numpy lacks that ml_dtypes has under the same name (same bits): the one
 #: list for CPU views (torch_support.py) and device arrays (here)
@@ -213,6 +213,12 @@ class TorchCudaEngine(CopyEngine):
     def copy(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> None:
         foreach_copy(self.torch, [x.obj for x in dsts], [x.obj for x in srcs])
 
+    def batch(self, arrays: Sequence[DeviceArray]) -> Batch:
+        return tensor_batch(self.torch, arrays)
+
+    def copy_batches(self, srcs: Batch, dsts: Batch) -> None:
+        copy_tensor_batches(self.torch, srcs, dsts)
+
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         t = self.torch.empty_like(src.obj, memory_format=self.torch.contiguous_format)
         return DeviceArray.trusted(t, src.shape, src.dtype, src.device, self)  # (src's: checked)
@@ -266,6 +272,18 @@ def foreach_copy(torch: Any, dsts: list, srcs: list, contiguous: bool | None = N
         else:
             for a, b in zip(dsts, srcs):
                 a.copy_(b)
+
+
+def tensor_batch(torch: Any, arrays: Sequence[DeviceArray]) -> Batch:
+    """A torch engine's ``batch``: the tensors, and whether all are contiguous."""
+    objs = [a.obj for a in arrays]
+    return Batch(list(arrays), objs, all(map(torch.Tensor.is_contiguous, objs)))
+
+
+def copy_tensor_batches(torch: Any, srcs: Batch, dsts: Batch) -> None:
+    """A torch engine's ``copy_batches``: one ``foreach_copy`` of the prepared tensors
+    (contiguity looked at again only where one side was not dense)."""
+    foreach_copy(torch, dsts.native, srcs.native, (srcs.dense and dsts.dense) or None)
 
 
 #: CPU tensors below this size are copied by torch in one batch; larger ones by the

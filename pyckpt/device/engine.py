@@ -17,7 +17,12 @@ live in host memory). Contract:
   ``to_device_batch(srcs, dsts)``: the same with one ticket for the batch (by
   default a ``TicketGroup`` of ``to_device``'s tickets).
 - ``copy(srcs, dsts)``: device to device, ordered with the caller's own work
-  (no host synchronisation needed before or after).
+  (no host synchronisation needed before or after). ``batch(arrays)`` prepares a
+  list of arrays that a caller copies from or to again and again, unchanged (a
+  kept walk's values while it holds, a snapshot's own buffers), and
+  ``copy_batches(srcs, dsts)`` copies between two such lists as ``copy`` does,
+  without looking at each array again (torch: the tensors and whether all are
+  contiguous, found once).
 - ``alloc_host(nbytes)``: a 1-D uint8 host buffer the engine copies fastest
   from and to (page-locked for CUDA); ``free_host`` gives it back.
 - ``empty_like(src)``: a new DeviceArray of the same shape and dtype, on the
@@ -56,7 +61,7 @@ from .._native import core as _core
 from .array import DeviceArray
 
 __all__ = ["CopyEngine", "Ticket", "HostCopyEngine", "DoneTicket", "TicketGroup", "wait_all",
-           "carve_array"]
+           "carve_array", "Batch"]
 
 
 class Ticket(ABC):
@@ -111,6 +116,20 @@ class TicketGroup(Ticket):
             raise first
 
 
+class Batch:
+    """A list of one engine's DeviceArrays prepared for ``copy_batches``: the arrays,
+    the engine's own objects for them (``native``) and whether every one is dense
+    (C-contiguous: their one batched copy needs no look at each). Valid while the
+    arrays are unchanged: the maker keeps it only as long as it knows they are."""
+
+    __slots__ = ("arrays", "native", "dense", "__weakref__")
+
+    def __init__(self, arrays: list[DeviceArray], native: list[Any], dense: bool) -> None:
+        self.arrays = arrays
+        self.native = native
+        self.dense = dense
+
+
 class CopyEngine(ABC):
     """Moves the bytes of one family of DeviceArrays (module doc)."""
 
@@ -134,6 +153,15 @@ class CopyEngine(ABC):
     @abstractmethod
     def copy(self, srcs: Sequence[DeviceArray], dsts: Sequence[DeviceArray]) -> None:
         """Device-to-device copies, ordered with the caller's own device work."""
+
+    def batch(self, arrays: Sequence[DeviceArray]) -> Batch:
+        """``arrays`` (all of this engine) prepared for ``copy_batches`` (module doc);
+        an engine finds here once what its ``copy`` would look up at every call."""
+        return Batch(list(arrays), list(arrays), False)
+
+    def copy_batches(self, srcs: Batch, dsts: Batch) -> None:
+        """``copy(srcs.arrays, dsts.arrays)``: pairs of one shape and dtype."""
+        self.copy(srcs.arrays, dsts.arrays)
 
     @abstractmethod
     def empty_like(self, src: DeviceArray) -> DeviceArray:

@@ -74,24 +74,39 @@ class RestoreSession:
             return False
         srcs, dsts = list(snap.arrays.values()), walk.srcs
         fit = walk.fit
-        if fit is not None and fit[0]() is snap and fit[1] == list(map(id, srcs)):
-            fit[2].copy(srcs, dsts)  # these DeviceArrays, checked at an earlier call
+        held = snap._batch[1] if snap._batch is not None else None
+        if fit is not None and held is not None and fit[0]() is held:
+            fit[1].copy_batches(held, walk.batch())  # these buffers, checked before
         else:
             if list(map(_SHAPE, srcs)) != list(map(_SHAPE, dsts)) or \
                     list(map(_DTYPE, srcs)) != list(map(_DTYPE, dsts)) or \
                     any(unwritable(d) is not None for d in dsts if type(d) is np.ndarray):
                 return False  # the full match reports it, naming the key
             eng = one_engine(srcs, dsts)
-            if eng is not None:
-                walk.fit = (weakref.ref(snap), list(map(id, srcs)), eng)
-                eng.copy(srcs, dsts)
+            if eng is not None:  # (then walk.engine is eng)
+                held = snap._batch_of(eng)
+                walk.fit = (weakref.ref(held), eng)
+                eng.copy_batches(held, walk.batch())
             else:
                 copy_values(srcs, dsts)
-        objects = walk.objects(self.root)
+        # what the full match records, made when first asked for (__getattr__)
+        self._kept_match = (walk.objects(self.root), walk.live.values)
+        del self.matched, self.node_of, self.consumed
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        """``matched``, ``node_of`` and ``consumed`` of a restore through a kept walk
+        (``restore_kept``), made at the first look (a training loop restoring a
+        snapshot at every step never looks)."""
+        kept = self.__dict__.get("_kept_match")
+        if kept is None or name not in ("matched", "node_of", "consumed"):
+            raise AttributeError(name)
+        objects, values = kept
         self.matched = dict(enumerate(objects))
         self.node_of = dict(zip(map(id, objects), range(len(objects))))
-        self.consumed = set(walk.live.values)
-        return True
+        self.consumed = set(values)
+        del self._kept_match
+        return getattr(self, name)
 
     def restore_subtree(self, obj: Any, node: int, parent: Any = None, name: str | None = None) -> None:
         """Matches obj with stored node (and everything below), then restores the values.

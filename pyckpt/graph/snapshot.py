@@ -23,8 +23,8 @@ import numpy as np
 from .._dtypes import describe_dtypes, refuse_objects, same_dtype
 from ..device.array import DeviceArray
 from ..device.buffers import PinnedPool
-from ..device.copies import Value, copy_values, unwritable
-from ..device.engine import CopyEngine
+from ..device.copies import Value, copy_values, one_engine, unwritable
+from ..device.engine import Batch, CopyEngine
 from ..format.json_scan import no_cyclic_gc
 from ..load_into import collect_targets
 from ..registry import copy_leaves, node_proxy
@@ -72,6 +72,14 @@ class Snapshot:
         self._walk: Callable[[], Walk | None] = _no_walk  # the kept walk it was taken from
         self._host = False  # taken with host=True
         self._kept = False  # taken from a kept walk (walk_cache)
+        self._batch: tuple[CopyEngine, Batch] | None = None  # its buffers as one engine's
+
+    def _batch_of(self, eng: CopyEngine) -> Batch:
+        """Its buffers (every one a DeviceArray of ``eng``) as ``eng``'s Batch, made
+        once: a snapshot's buffers are its own, never changed but by copies into them."""
+        if self._batch is None or self._batch[0] is not eng:
+            self._batch = (eng, eng.batch(cast(list[DeviceArray], list(self.arrays.values()))))
+        return self._batch[1]
 
     def keys(self) -> list[str]:
         """The keys of the copied values."""
@@ -147,18 +155,26 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
         srcs = [live.array_of(n) for n in live.values]
         structure = live.structure()
     snap = Snapshot(StoredGraph([], []), {})
+    eng = walk.engine if walk is not None and not host else None
+    batch: Batch | None = None
     if walk is not None and into is not None and into._walk() is walk and not host \
             and not into._host and len(into.arrays) == len(srcs):
         final = list(into.arrays.values())  # taken from this walk: each fits its key
-        for d in final:
-            if isinstance(d, np.ndarray):
-                d.flags.writeable = True  # our own buffer, made read-only when handed out
+        if eng is not None:  # the same buffers: their batch, made at an earlier call
+            batch = into._batch_of(eng)
+        else:
+            for d in final:
+                if isinstance(d, np.ndarray):
+                    d.flags.writeable = True  # our own buffer, read-only when handed out
     else:
         with no_cyclic_gc():  # a buffer object per value, none in a cycle: no collections
             final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
-    eng = walk.engine if walk is not None and not host else None
-    if eng is not None:  # buffers made like the walk's values, or kept fitting them
-        eng.copy(srcs, final)
+        if eng is not None:  # buffers made like the walk's values: all of its engine
+            batch = eng.batch(final)
+    if eng is not None:
+        assert walk is not None and batch is not None
+        eng.copy_batches(walk.batch(), batch)
+        snap._batch = (eng, batch)
     else:
         copy_values(srcs, final, threads)
     if into is not None and structure is not None and (into._structure is structure or
@@ -176,9 +192,10 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     if walk is not None:
         snap._walk = weakref.ref(walk)
         snap._kept = True
-    for d in final:
-        if isinstance(d, np.ndarray):
-            d.flags.writeable = False  # a snapshot is a record; restoring copies out of it
+    if eng is None:  # (the engine's buffers are DeviceArrays)
+        for d in final:
+            if isinstance(d, np.ndarray):
+                d.flags.writeable = False  # a snapshot is a record; restoring copies out of it
     snap.arrays = dict(zip(keys, final))
     return snap
 
@@ -441,7 +458,15 @@ def _copy_kept(src: Any, dst: Any, threads: int) -> tuple[bool, LiveGraph | None
             any(t.hasobject for t in set(map(_DTYPE, dsts))) or \
             any(unwritable(d) is not None for d in dsts if type(d) is np.ndarray):
         return False, None
-    copy_values(srcs, dsts, threads)
+    eng: CopyEngine | None = dw.engine
+    if eng is None:
+        copy_values(srcs, dsts, threads)
+    elif isinstance(src, Snapshot) and one_engine(srcs, dsts) is eng:
+        eng.copy_batches(src._batch_of(eng), dw.batch())  # (their dtypes: compared)
+    elif isinstance(kept, Walk) and kept.engine is eng:
+        eng.copy_batches(kept.batch(), dw.batch())
+    else:
+        copy_values(srcs, dsts, threads)
     return True, None
 
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..device.buffers import on_release
 from ..device.copies import one_engine
+from ..device.engine import Batch
 from ..registry import generation, node_proxy, stamps
 from ..variables import Variable
 from . import deferred
@@ -65,7 +66,7 @@ class Walk:
     __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
                  "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
                  "_stamps", "_pending", "same_graphs", "skipped", "held", "fit", "_engine",
-                 "__weakref__")
+                 "_srcs", "_batch", "__weakref__")
 
     def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
                  checks: list[tuple[int, Any, Any]], foreign: list, foreign_stamps: list | None,
@@ -91,10 +92,13 @@ class Walk:
         self.same_graphs: list[Any] = []
         self.skipped: tuple = ()
         self.held: list = []  # objects whose ids the checks compare (not all are nodes)
-        #: (weak reference to a snapshot, ids of its buffers, engine): a snapshot whose
-        #: buffers were found to pair with ``srcs`` as one engine batch (restore_kept)
+        #: (weak reference to a snapshot's Batch, engine): buffers found to pair with
+        #: ``srcs`` as one engine batch (restore_kept); snapshots taken ``into=`` one
+        #: another share their buffers' Batch
         self.fit: tuple | None = None
         self._engine: Any = _UNKNOWN
+        self._srcs = [t[0] for t in targets]
+        self._batch: Batch | None = None
 
     @property
     def engine(self) -> Any:
@@ -109,8 +113,15 @@ class Walk:
 
     @property
     def srcs(self) -> list:
-        """The arrays of the values, in ``values`` order."""
-        return [t[0] for t in self.targets]
+        """The arrays of the values, in ``values`` order (one list: not to be changed)."""
+        return self._srcs
+
+    def batch(self) -> Batch:
+        """The values as their engine's ``Batch`` (``engine`` is not None), made once:
+        while the walk holds, each value is the same array with the same stamp."""
+        if self._batch is None:
+            self._batch = self.engine.batch(self._srcs)
+        return self._batch
 
     def stored(self, root: Any) -> tuple[StoredGraph, dict]:
         """The stored graph of the walk of ``root`` and its document (made once)."""

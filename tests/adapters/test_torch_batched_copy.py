@@ -156,3 +156,27 @@ def test_paired_leaves_walks_both_trees_in_order():
     assert paired_leaves(a, {"x": [1, [2, 3]], "y": {"z": 4}}) is None   # tuple vs list
     assert paired_leaves({"": 1}, {"": 1}) is None and paired_leaves({"..": 1}, {"..": 1}) is None
     assert paired_leaves(5, 5) is None
+
+
+def test_a_torch_batch_knows_whether_all_are_dense_and_copies_either_way(monkeypatch):
+    """``engine.batch`` of torch tensors (kept walks, snapshot buffers): one
+    ``_foreach_copy_`` when both sides were found contiguous when prepared; a
+    side with a non-contiguous tensor is looked at again and copied pair by pair."""
+    from pyckpt.adapters import torch_device as td
+    from pyckpt.device.array import DeviceArray
+
+    def arrays(ts):
+        return [DeviceArray.trusted(t, tuple(t.shape), td.numpy_dtype(torch, t.dtype), "cpu",
+                                    None) for t in ts]
+
+    src = [torch.arange(6.0).reshape(2, 3), torch.arange(4.0)]
+    dense = [torch.zeros(2, 3), torch.zeros(4)]
+    strided = [torch.zeros(3, 2).t(), torch.zeros(8)[::2]]
+    a, b, c = (td.tensor_batch(torch, arrays(x)) for x in (src, dense, strided))
+    assert a.dense and b.dense and not c.dense and c.native[0] is strided[0]
+    foreach = count_calls(monkeypatch, torch, "_foreach_copy_")
+    td.copy_tensor_batches(torch, a, b)
+    td.copy_tensor_batches(torch, a, c)
+    assert len(foreach) == 1  # the dense pair only
+    for x in (dense, strided):
+        assert all(torch.equal(s, d) for s, d in zip(src, x))

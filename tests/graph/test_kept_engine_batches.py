@@ -1,9 +1,12 @@
 """Kept walks of device values (issue 40 item 4): the engine check of a batch is done
 once per kept walk, not per call. ``snapshot()`` / ``snapshot(into=)`` of a kept walk
-whose values are DeviceArrays of one engine hand the batch to ``engine.copy`` without
-``copy_values``' check (``Walk.engine``, found once); ``restore(snapshot)`` of the
-same snapshot into the same kept walk skips its shape, dtype and engine checks after
-the first call (``Walk.fit``), and checks again for any other snapshot."""
+whose values are DeviceArrays of one engine hand the batch to the engine without
+``copy_values``' check (``Walk.engine``, found once), as ``engine.batch`` lists made
+once (the walk's values while it holds, the snapshot's buffers, shared by snapshots
+taken ``into=`` one another) and copied by ``engine.copy_batches``;
+``restore(snapshot)`` of buffers into the same kept walk skips its shape, dtype and
+engine checks after the first call (``Walk.fit``), and checks again for any other
+buffers. The match a restore through a kept walk records is made when asked for."""
 
 from __future__ import annotations
 
@@ -91,3 +94,73 @@ def test_restore_of_the_same_snapshot_checks_its_pairs_once(eng, monkeypatch):
     dst.state["b2"] = Box(eng, np.zeros((9, 9), np.float32))  # a new value: a new walk
     with pytest.raises(ValueError, match="b2"):
         dst.restore(snap)
+
+
+class _BatchingEngine(_Engine):
+    """Counts the batches it prepares and the batched copies it runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = []
+        self.batched = 0
+
+    def batch(self, arrays):
+        b = super().batch(arrays)
+        self.made.append(b)
+        return b
+
+    def copy_batches(self, srcs, dsts):
+        self.batched += 1
+        assert all(map(lambda a, b: a.shape == b.shape, srcs.arrays, dsts.arrays))
+        super().copy_batches(srcs, dsts)
+
+
+@pytest.fixture
+def beng(eng):
+    return _BatchingEngine()
+
+
+def test_each_batch_is_prepared_once_while_unchanged(beng):
+    src = pyckpt.Checkpoint(state=_state(beng, 0))
+    dst = pyckpt.Checkpoint(state=_state(beng, 1))
+    snap = src.snapshot()  # the walk's values and the new buffers: two batches
+    assert len(beng.made) == 2
+    for step in range(3):
+        for b in src.state.values():
+            b.d.obj[...] = step
+        snap = src.snapshot(into=snap)  # the same buffers: their batch again
+        dst.restore(snap)  # the first time: dst's walk and the pairs checked
+        for i in range(5):
+            np.testing.assert_array_equal(dst.state[f"b{i}"].d.obj, step)
+    # dst's walk: one batch, made at the first restore (its pairs checked once: the
+    # snapshots taken into= one another share their buffers' batch)
+    assert len(beng.made) == 3 and beng.batched == 1 + 3 + 3 and beng.copies == 7
+
+
+def test_a_replaced_array_gets_a_new_batch_and_the_copy(beng):
+    src = pyckpt.Checkpoint(state=_state(beng, 0))
+    dst = pyckpt.Checkpoint(state=_state(beng, 1))
+    snap = src.snapshot()
+    dst.restore(snap)
+    dst.restore(snap)
+    old = dst.state["b3"].d
+    new = np.zeros_like(old.obj)
+    dst.state["b3"].d = DeviceArray(new, new.shape, new.dtype, "host", beng)  # new stamp
+    made = len(beng.made)
+    dst.restore(snap).assert_consumed()
+    np.testing.assert_array_equal(new, src.state["b3"].d.obj)  # the new array written
+    assert len(beng.made) > made  # the new walk's batch
+
+
+def test_a_kept_restore_reports_its_match_when_asked(beng):
+    src = pyckpt.Checkpoint(state=_state(beng, 0))
+    dst = pyckpt.Checkpoint(state=_state(beng, 1))
+    snap = src.snapshot()
+    dst.restore(snap)
+    status = dst.restore(snap)  # through the kept walk: the match made when asked
+    status.assert_consumed().assert_existing_objects_matched()
+    with pytest.raises(AssertionError):
+        pyckpt.Checkpoint(state=_state(beng, 1), extra=_state(beng, 2)).restore(
+            snap).assert_existing_objects_matched()
+    session = restore_mod.RestoreSession.__new__(restore_mod.RestoreSession)
+    assert not hasattr(session, "matched") and not hasattr(session, "anything")
