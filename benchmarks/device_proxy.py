@@ -19,8 +19,8 @@ from pyckpt.registry import _ADAPTERS, Adapter
 
 
 class ProxyEngine(CopyEngine):
-    """``TorchCudaEngine``'s ``copy``, ``batch``, ``copy_batches`` and ``empty_like``,
-    on CPU tensors."""
+    """``TorchCudaEngine``'s ``copy``, ``batch``, ``copy_batches``, ``clones`` and
+    ``empty_like``, on CPU tensors."""
 
     name = "proxy"
 
@@ -43,6 +43,10 @@ class ProxyEngine(CopyEngine):
 
         def copy_batches(self, srcs, dsts):
             td.copy_tensor_batches(torch, srcs, dsts)
+
+    if hasattr(td, "clone_tensor_batch"):
+        def clones(self, srcs):
+            return td.clone_tensor_batch(torch, srcs, self) or super().clones(srcs)
 
     def empty_like(self, src):
         t = torch.empty_like(src.obj, memory_format=torch.contiguous_format)
@@ -73,6 +77,9 @@ def copy_hook(srcs, dsts):
 
 def install() -> None:
     td._BY_INDEX[-1] = (ProxyEngine(), "cpu")  # what _engine_of finds for a CPU tensor
+    # copy_tensors: every CPU pair in one batch, as the pairs of one CUDA device are
+    # (else CPU pairs over 1 MiB go to the C++ core: a second group the GPU has not)
+    td.SMALL_HOST_BYTES = 1 << 62
     # its targets depend on what torch's do: torch's stamp (revisions that have one)
     stamp = {"stamp": torch_support.stamp} if "stamp" in Adapter._fields else {}
     _ADAPTERS.insert(0, Adapter("proxy", leaf=as_device, target=as_device, copy=copy_hook,

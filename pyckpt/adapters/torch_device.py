@@ -44,7 +44,8 @@ from ..device.engine import Batch, CopyEngine, Ticket
 from ..device.host_memory import touched
 
 __all__ = ["TorchCudaEngine", "device_array", "numpy_dtype", "torch_dtype", "foreach_copy",
-           "copy_tensors", "tensor_batch", "copy_tensor_batches", "ML_NAMES"]
+           "copy_tensors", "tensor_batch", "copy_tensor_batches", "clone_tensor_batch",
+           "ML_NAMES"]
 
 #: torch dtypes numpy lacks that ml_dtypes has under the same name (same bits): the one
 #: list for CPU views (torch_support.py) and device arrays (here)
@@ -219,6 +220,10 @@ class TorchCudaEngine(CopyEngine):
     def copy_batches(self, srcs: Batch, dsts: Batch) -> None:
         copy_tensor_batches(self.torch, srcs, dsts)
 
+    def clones(self, srcs: Batch) -> Batch:
+        with self.torch.cuda.device(self.device):
+            return clone_tensor_batch(self.torch, srcs, self) or super().clones(srcs)
+
     def empty_like(self, src: DeviceArray) -> DeviceArray:
         t = self.torch.empty_like(src.obj, memory_format=self.torch.contiguous_format)
         return DeviceArray.trusted(t, src.shape, src.dtype, src.device, self)  # (src's: checked)
@@ -286,6 +291,22 @@ def copy_tensor_batches(torch: Any, srcs: Batch, dsts: Batch) -> None:
     foreach_copy(torch, dsts.native, srcs.native, (srcs.dense and dsts.dense) or None)
 
 
+def clone_tensor_batch(torch: Any, srcs: Batch, engine: CopyEngine) -> Batch | None:
+    """A torch engine's ``clones`` of a dense batch: one ``_foreach_clone`` (torch
+    2.1 and later: each tensor allocated and copied in C++, the copies batched on
+    the current stream), new tensors of the sources' contiguous layout; None where
+    torch has no ``_foreach_clone`` or a source is not contiguous (then
+    ``empties_like`` and ``copy_batches``)."""
+    clone = getattr(torch, "_foreach_clone", None)
+    if clone is None or not srcs.dense or not srcs.native:
+        return None
+    with torch.no_grad():
+        made = clone(srcs.native)
+    trusted = DeviceArray.trusted
+    arrays = [trusted(t, a.shape, a.dtype, a.device, engine) for t, a in zip(made, srcs.arrays)]
+    return Batch(arrays, made, True)
+
+
 #: CPU tensors below this size are copied by torch in one batch; larger ones by the
 #: C++ core, in parallel (faster than torch's copy for large tensors).
 SMALL_HOST_BYTES = 1 << 20
@@ -323,7 +344,8 @@ def copy_tensors(torch: Any, srcs: list, dsts: list,
             or (any(dt.is_complex for dt in set(dtypes)) and any(map(T.is_conj, both))) \
             or any(map(T.is_neg, both)) or any(map(T.is_inference, dsts)):
         return False
-    places = set(devices)
+    first = devices[0]  # (one device: no hashing of each device object)
+    places = {first} if devices.count(first) == len(devices) else set(devices)
     if any(dev.type not in ("cuda", "cpu") for dev in places):
         return False
     contiguous = all(map(T.is_contiguous, both))

@@ -22,7 +22,9 @@ live in host memory). Contract:
   kept walk's values while it holds, a snapshot's own buffers), and
   ``copy_batches(srcs, dsts)`` copies between two such lists as ``copy`` does,
   without looking at each array again (torch: the tensors and whether all are
-  contiguous, found once).
+  contiguous, found once). ``clones(batch)``: new arrays holding copies of a
+  batch's arrays, as a batch (``empties_like`` then ``copy_batches``; torch:
+  one ``_foreach_clone``, allocations made in C++).
 - ``alloc_host(nbytes)``: a 1-D uint8 host buffer the engine copies fastest
   from and to (page-locked for CUDA); ``free_host`` gives it back.
 - ``empty_like(src)``: a new DeviceArray of the same shape and dtype, on the
@@ -162,6 +164,13 @@ class CopyEngine(ABC):
     def copy_batches(self, srcs: Batch, dsts: Batch) -> None:
         """``copy(srcs.arrays, dsts.arrays)``: pairs of one shape and dtype."""
         self.copy(srcs.arrays, dsts.arrays)
+
+    def clones(self, srcs: Batch) -> Batch:
+        """New arrays (each new memory, C-contiguous) holding copies of ``srcs``'
+        arrays, copied as ``copy`` copies, as a Batch (a snapshot's buffers)."""
+        out = self.batch(self.empties_like(srcs.arrays))
+        self.copy_batches(srcs, out)
+        return out
 
     @abstractmethod
     def empty_like(self, src: DeviceArray) -> DeviceArray:

@@ -166,14 +166,20 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
             for d in final:
                 if isinstance(d, np.ndarray):
                     d.flags.writeable = True  # our own buffer, read-only when handed out
-    else:
+    elif eng is not None and into is None:  # new buffers holding copies, in one batch
+        assert walk is not None
         with no_cyclic_gc():  # a buffer object per value, none in a cycle: no collections
+            batch = eng.clones(walk.batch())
+        final = batch.arrays
+    else:
+        with no_cyclic_gc():
             final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
         if eng is not None:  # buffers made like the walk's values: all of its engine
             batch = eng.batch(final)
     if eng is not None:
         assert walk is not None and batch is not None
-        eng.copy_batches(walk.batch(), batch)
+        if final is not batch.arrays:  # (clones: copied when made)
+            eng.copy_batches(walk.batch(), batch)
         snap._batch = (eng, batch)
     else:
         copy_values(srcs, final, threads)

@@ -180,3 +180,31 @@ def test_a_torch_batch_knows_whether_all_are_dense_and_copies_either_way(monkeyp
     assert len(foreach) == 1  # the dense pair only
     for x in (dense, strided):
         assert all(torch.equal(s, d) for s, d in zip(src, x))
+
+
+def test_clones_of_a_dense_torch_batch_are_new_memory_with_equal_bits():
+    """``engine.clones`` of torch tensors (a new snapshot's buffers): one
+    ``_foreach_clone`` where torch has it and every source is contiguous; new
+    memory, bit for bit the sources (NaN payloads and negative zeros kept); None
+    for a batch with a non-contiguous tensor (the engine then copies into
+    ``empties_like``)."""
+    from pyckpt.adapters import torch_device as td
+    from pyckpt.device.array import DeviceArray
+
+    def batch(ts):
+        return td.tensor_batch(torch, [DeviceArray.trusted(
+            t, tuple(t.shape), td.numpy_dtype(torch, t.dtype), "cpu", None) for t in ts])
+
+    bits = torch.tensor([0x7FA00001, -0x80000000, 1], dtype=torch.int32).view(torch.float32)
+    srcs = [bits, torch.arange(6, dtype=torch.int64).reshape(2, 3), torch.ones(0)]
+    if not hasattr(torch, "_foreach_clone"):
+        assert td.clone_tensor_batch(torch, batch(srcs), None) is None
+        return
+    out = td.clone_tensor_batch(torch, batch(srcs), "eng")
+    assert out.dense and [a.engine for a in out.arrays] == ["eng"] * 3
+    for s, c, a in zip(srcs, out.native, out.arrays):
+        assert a.obj is c and c.is_contiguous() and c.dtype == s.dtype and c.shape == s.shape
+        assert c.numel() == 0 or c.data_ptr() != s.data_ptr()
+        assert torch.equal(c.view(torch.uint8) if c.numel() else c,
+                           s.view(torch.uint8) if s.numel() else s)
+    assert td.clone_tensor_batch(torch, batch([torch.zeros(3, 2).t()]), None) is None
