@@ -170,7 +170,7 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
         assert walk is not None
         with no_cyclic_gc():  # a buffer object per value, none in a cycle: no collections
             batch = eng.clones(walk.batch())
-        final = batch.arrays
+        final = cast(list[Value], batch.arrays)
     else:
         with no_cyclic_gc():
             final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
