@@ -295,13 +295,16 @@ def clone_tensor_batch(torch: Any, srcs: Batch, engine: CopyEngine) -> Batch | N
     """A torch engine's ``clones`` of a dense batch: one ``_foreach_clone`` (torch
     2.1 and later: each tensor allocated and copied in C++, the copies batched on
     the current stream), new tensors of the sources' contiguous layout; None where
-    torch has no ``_foreach_clone`` or a source is not contiguous (then
-    ``empties_like`` and ``copy_batches``)."""
+    torch has no ``_foreach_clone``, a source is not contiguous or the clone raised
+    (then ``empties_like`` and ``copy_batches``, whose errors are reported)."""
     clone = getattr(torch, "_foreach_clone", None)
     if clone is None or not srcs.dense or not srcs.native:
         return None
-    with torch.no_grad():
-        made = clone(srcs.native)
+    try:
+        with torch.no_grad():
+            made = clone(srcs.native)
+    except (RuntimeError, NotImplementedError):  # a dtype its kernel lacks: nothing made
+        return None
     trusted = DeviceArray.trusted
     arrays = [trusted(t, a.shape, a.dtype, a.device, engine) for t, a in zip(made, srcs.arrays)]
     return Batch(arrays, made, True)

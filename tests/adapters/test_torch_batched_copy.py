@@ -208,3 +208,19 @@ def test_clones_of_a_dense_torch_batch_are_new_memory_with_equal_bits():
         assert torch.equal(c.view(torch.uint8) if c.numel() else c,
                            s.view(torch.uint8) if s.numel() else s)
     assert td.clone_tensor_batch(torch, batch([torch.zeros(3, 2).t()]), None) is None
+
+
+def test_a_clone_torch_refuses_leaves_the_copy_to_the_engine(monkeypatch):
+    """A ``_foreach_clone`` that raises (a dtype its kernel lacks) makes nothing:
+    ``clone_tensor_batch`` gives None and the engine copies into ``empties_like``."""
+    from pyckpt.adapters import torch_device as td
+    from pyckpt.device.array import DeviceArray
+
+    def refuse(tensors):
+        raise NotImplementedError("not implemented for 'Float8_e4m3fn'")
+
+    monkeypatch.setattr(torch, "_foreach_clone", refuse, raising=False)
+    t = torch.ones(3)
+    b = td.tensor_batch(torch, [DeviceArray.trusted(t, (3,), td.numpy_dtype(torch, t.dtype),
+                                                    "cpu", None)])
+    assert td.clone_tensor_batch(torch, b, None) is None
