@@ -533,7 +533,10 @@ def start(plan: SavePlan, *, keep: Background | None = None,
     2. the pinned pool, when it is ready (allocated, of the state's size; or a ring
        within ``max_pinned_bytes``): one copy into it in the call;
     3. plain host memory, while the pinned pool is prepared in the background
-       (``Background.warm``; the process-wide pool likewise), never in the call."""
+       (``Background.warm``; the process-wide pool likewise), never in the call.
+
+    A multi-worker save of device values (no pinned budget) takes 2 or 3: each
+    worker stages its whole part in the call, before the collectives that plan it."""
     t0 = time.perf_counter()
     if plan.progress is not None:
         raise ValueError("progress= cannot be combined with blocking=False (yet): poll "
@@ -554,31 +557,93 @@ def start(plan: SavePlan, *, keep: Background | None = None,
         assert handle.staging is not None  # (_start_device reports its route)
         handle.staging.blocked_seconds = time.perf_counter() - t0
         return handle
-    if keep is not None:  # its own budget (the manager's max_pinned_bytes)
-        buffers, get, release = keep.buffers, keep.get, None
+    warm: jobs.Job | None = None
+    release: Callable[[], None] | None = None
+    get: Callable[..., list[np.ndarray]]
+    budget = keep.buffers.max_pinned_bytes if keep is not None else plan.max_pinned_bytes
+    if plan.multi and plan.on_device and budget is None:  # the whole state, staged
+        buffers, release, warm = _pool_or_plain(plan, keep)
+        get = buffers.get
+    elif keep is not None:  # its own budget (the manager's max_pinned_bytes)
+        buffers, get = keep.buffers, keep.get
     else:
         buffers, release = lease_shared(plan.max_pinned_bytes)
         get = buffers.get
     try:
         if plan.multi:
-            if buffers.max_pinned_bytes is not None and plan.on_device:
+            if budget is not None and plan.on_device:
                 # raises: a multi-worker save needs the whole state staged
                 buffers.get(plan.keys, plan.live, ring_from=None)
             work, cleanup = _start_multi(plan, get, keep)
         else:
             staging = get(plan.keys, plan.live, ring_from=plan.ring_from)
             work, cleanup = stage(plan, staging, ring=buffers.ring_items), None
-        handle = PendingSave(plan.shown, _in_turn(turn, work), then=then, release=release,
-                             cleanup=cleanup)
+        handle = PendingSave(plan.shown, _joining(_in_turn(turn, work), warm), then=then,
+                             release=release, cleanup=cleanup)
     except BaseException:  # nothing runs in the background: the buffers are free again
         turn.end()
         if release is not None:
             release()
         raise
-    route = "pinned" if plan.on_device else "host"
-    handle.staging = StagingReport(route, pinned_bytes=buffers.pinned_bytes if plan.on_device
-                                   else 0, blocked_seconds=time.perf_counter() - t0)
+    handle.staging = _report(plan, buffers, warm)
+    handle.staging.blocked_seconds = time.perf_counter() - t0
     return handle
+
+
+def _pool_or_plain(plan: SavePlan, keep: Background | None
+                   ) -> tuple[StagingBuffers, Callable[[], None] | None, jobs.Job | None]:
+    """(staging buffers, what gives them back or None, the job preparing the pinned
+    pool or None) for a background save of device values staged in the call: the
+    owner's pinned pool (a manager's; else the process-wide one) when it is ready;
+    otherwise plain host memory, while the pool is prepared in the background
+    (``Background.warm``; ``warm_shared``): the call never waits for the pinning."""
+    live = plan.live
+    warm: jobs.Job | None = None
+    release: Callable[[], None] | None = None
+    if keep is not None:
+        buffers = keep.buffers
+        warm = keep.warming()
+        if warm is None and not buffers.ready_for(live):
+            keep.warm(plan.keys, live)
+            warm = keep.warming()
+    else:
+        buffers, release = lease_shared(plan.max_pinned_bytes)
+        if not buffers.ready_for(live):
+            release()
+            keys = plan.keys
+            warm = jobs.submit(lambda: warm_shared(keys, live), "pyckpt-warm-staging",
+                               daemon=True)
+    if warm is not None:  # stage into plain memory, while the pool is pinned
+        buffers = StagingBuffers(plan.max_pinned_bytes, pinned=False)
+        release = buffers.release
+    return buffers, release, warm
+
+
+def _joining(work: Callable[[], Any], warm: jobs.Job | None) -> Callable[[], Any]:
+    """``work``, then (also after an error) the wait for the pinned pool's preparation
+    ``warm``: a save staged in plain memory ends once the pool it started is ready."""
+    if warm is None:
+        return work
+
+    def then_warm() -> Any:
+        try:
+            return work()
+        finally:
+            warm.join()
+
+    return then_warm
+
+
+def _report(plan: SavePlan, buffers: StagingBuffers, warm: jobs.Job | None,
+            device_bytes: int = 0) -> StagingReport:
+    """The StagingReport of a save staged in the call into ``buffers``."""
+    if not plan.on_device:
+        return StagingReport("host")
+    if warm is not None:
+        return StagingReport("plain", device_bytes=device_bytes,
+                             plain_bytes=buffers.pinned_bytes)
+    return StagingReport("ring" if buffers.ring_items else "pinned", device_bytes=device_bytes,
+                         pinned_bytes=buffers.pinned_bytes)
 
 
 def _start_device(plan: SavePlan, turn: ordering.Turn, keep: Background | None,
@@ -613,24 +678,7 @@ def _start_device(plan: SavePlan, turn: ordering.Turn, keep: Background | None,
             raise
         handle.staging = report
         return handle
-    warm: jobs.Job | None = None
-    release: Callable[[], None] | None = None
-    if keep is not None:
-        buffers = keep.buffers
-        warm = keep.warming()
-        if warm is None and not buffers.ready_for(live):
-            keep.warm(plan.keys, live)
-            warm = keep.warming()
-    else:
-        buffers, release = lease_shared(plan.max_pinned_bytes)
-        if not buffers.ready_for(live):
-            release()
-            keys = plan.keys
-            warm = jobs.submit(lambda: warm_shared(keys, live), "pyckpt-warm-staging",
-                               daemon=True)
-    if warm is not None:  # stage into plain memory, while the pool is pinned
-        buffers = StagingBuffers(plan.max_pinned_bytes, pinned=False)
-        release = buffers.release
+    buffers, release, warm = _pool_or_plain(plan, keep)
     try:
         staging = buffers.get(plan.keys, live, ring_from=plan.ring_from)
         work = stage(plan, staging, ring=buffers.ring_items)
@@ -638,21 +686,9 @@ def _start_device(plan: SavePlan, turn: ordering.Turn, keep: Background | None,
         if release is not None:
             release()
         raise
-    in_turn = _in_turn(turn, work)
-
-    def then_warm() -> Any:  # the save ends once the pool it prepared is ready
-        try:
-            return in_turn()
-        finally:
-            if warm is not None:
-                warm.join()
-
-    handle = PendingSave(plan.shown, then_warm, then=then, release=release)
-    route = "plain" if warm is not None else "ring" if buffers.ring_items else "pinned"
-    handle.staging = StagingReport(
-        route, device_bytes=snap.device_bytes,
-        pinned_bytes=0 if warm is not None else buffers.pinned_bytes,
-        plain_bytes=buffers.pinned_bytes if warm is not None else 0)
+    handle = PendingSave(plan.shown, _joining(_in_turn(turn, work), warm), then=then,
+                         release=release)
+    handle.staging = _report(plan, buffers, warm, device_bytes=snap.device_bytes)
     return handle
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 import pyckpt
 from pyckpt.device.buffers import _SHARED, StagingBuffers
+from pyckpt.testing.thread_comm import ThreadGroup
 from pyckpt.device.host_memory import touch_threads, touched
 
 from .conftest import tensor
@@ -81,6 +82,45 @@ def test_first_manager_save_does_not_join_the_warm_up(fake_device, monkeypatch, 
     assert m.last_staging.route == "pinned"  # the warm pool, from now on
     m.close()
     assert threading.current_thread() not in threads and len(threads) == 1
+
+
+def test_first_multi_worker_manager_save_does_not_wait_for_pinning(fake_device, monkeypatch,
+                                                                   tmp_path):
+    """Two workers (threads): each stages its part in plain memory while its manager's
+    pool is pinned in the background, then uses the pool from the next save."""
+    gate, threads = _gated_pinning(fake_device, monkeypatch)
+    group = ThreadGroup(2)
+
+    def first(comm):
+        w = tensor((256, 8), seed=4, key="w")
+        m = pyckpt.CheckpointManager(pyckpt.Checkpoint(w=w), tmp_path, comm=comm)
+        before = w.numpy()
+        path = m.save(blocking=False)  # the warm-up is still pinning: plain memory
+        route = m.last_staging.route
+        w.add_(1.0)
+        return m, path, before, route, threading.current_thread()
+
+    try:
+        results = group.run(first)
+    finally:
+        gate.set()
+    for r in results:
+        assert not isinstance(r, BaseException), r
+    assert [r[3] for r in results] == ["plain", "plain"]
+
+    def second(comm):
+        m = results[comm.rank][0]
+        m.wait_until_finished()
+        m.save(blocking=False)
+        route = m.last_staging.route
+        m.close()
+        return route
+
+    assert group.run(second) == ["pinned", "pinned"]  # the warm pool, from now on
+    path, before = results[0][1], results[0][2]
+    np.testing.assert_array_equal(pyckpt.load_variable(path, "w/.ATTRIBUTES/VARIABLE_VALUE"),
+                                  before)
+    assert threads and not {r[4] for r in results} & set(threads)  # pinned in the background
 
 
 def test_first_save_snapshots_in_device_memory_while_the_pool_is_pinned(fake_device,
