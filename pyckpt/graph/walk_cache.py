@@ -11,7 +11,9 @@ torch tensors), and at the next call re-checks it by identity, in C-level passes
 - each container, Trackable and adapter node still holds the same children under
   the same names (dicts: their keys and the ids of their values; lists and tuples:
   the ids of their items; Trackables: ``_pyckpt_children``; adapter nodes: their
-  ``_pyckpt_signature`` where they have one, else ``_pyckpt_children``);
+  ``_pyckpt_signature`` where they have one, asked of the node made at the walk
+  (so it must read its object afresh at every call, as torch's module node does),
+  else ``_pyckpt_children`` of a node made at each check);
 - each Variable holds the same array, each array keeps its shape and dtype, and the
   adapter's stamps of the other values are equal (torch: data pointer, shape,
   strides, dtype: a replaced ``.data``, ``set_`` or ``resize_`` is seen);
@@ -69,7 +71,8 @@ class Walk:
                  "_srcs", "_batch", "__weakref__")
 
     def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
-                 checks: list[tuple[int, Any, Any]], foreign: list, foreign_stamps: list | None,
+                 checks: list[tuple[int, Any, Any, Any]], foreign: list,
+                 foreign_stamps: list | None,
                  pending: list) -> None:
         self.live = live
         self.keys = keys
@@ -152,9 +155,11 @@ class Walk:
         """Whether the graph of ``root`` is still the one walked (module doc)."""
         if generation() != self._generation:
             return False
-        for how, obj, seen in self._checks:
-            obj = root if obj is None else obj
-            if _signature(how, obj) != seen:
+        for how, obj, seen, node in self._checks:
+            if node is not None:  # (a module's node, made at the walk: its signature)
+                if node._pyckpt_signature() != seen:
+                    return False
+            elif _signature(how, root if obj is None else obj) != seen:
                 return False
         if [id(v._value) for v in self._variables] != self._var_ids:
             return False
@@ -189,7 +194,7 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
     if live.templates or live.units:
         return None
     values = set(live.values)
-    checks: list[tuple[int, Any, Any]] = []
+    checks: list[tuple[int, Any, Any, Any]] = []
     pending: list[Any] = []
     foreign: list[Any] = []
     held: list[Any] = []  # the items of containers: their ids, compared, stay theirs
@@ -220,7 +225,12 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
         if isinstance(obj, Trackable) or type(obj) is not dict and type(obj) is not list \
                 and isinstance(obj, (dict, list)):
             pending.append(None if n == 0 else obj)
-        checks.append((how, None if n == 0 else obj, _signature(how, obj)))
+        # an adapter node that signs its children is made once and asked again (the
+        # root's excepted: a node holds its object, and the walk must not hold the root)
+        node = proxy if how == _SIGNED and n != 0 else None
+        checks.append((how, None if n == 0 else obj,
+                       node._pyckpt_signature() if node is not None else _signature(how, obj),
+                       node))
         if how == _DICT or how == _SEQ and type(obj) is not tuple:
             held.append(list(obj.values()) if how == _DICT else list(obj))
     foreign_stamps = stamps(foreign) if foreign else None
