@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -96,7 +97,19 @@ def test_reads_run_ahead_of_the_copies_up_to_the_buffers(monkeypatch):
     arrays = _arrays(24)
     dsts = [eng.array(np.zeros_like(a), f"t{i}") for i, a in enumerate(arrays)]
     log: list = []
-    loading.fill_targets(_reader(arrays, eng, log), list(range(24)), dsts)
+    read = _reader(arrays, eng, log)
+    eng.pause()  # the first copies stay in flight until the third batch's read began
+
+    def read_host(indices, views):
+        if indices[0] == 4:  # (not a timing: waits, boundedly, for batches 0 and 1 issued)
+            deadline = time.monotonic() + 10
+            while eng.in_flight() < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        read(indices, views)
+        if indices[0] == 4:
+            eng.resume()
+
+    loading.fill_targets(read_host, list(range(24)), dsts)
     for a, d in zip(arrays, dsts):
         np.testing.assert_array_equal(d.obj, a)
     assert len(eng.batch_tickets) == 12  # one ticket per batch
