@@ -26,7 +26,7 @@ import sys
 import threading
 import warnings
 import weakref
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any, Callable
 
@@ -217,6 +217,36 @@ class ModuleNode:
                 frozenset(getattr(m, "_non_persistent_buffers_set", ())),
                 _extra_state(m) is not None)
 
+    @staticmethod
+    def _pyckpt_signatures(nodes: list["ModuleNode"]) -> list | None:
+        """``_pyckpt_signature`` of many module nodes as one value, found in C-level
+        passes over all of them (a kept walk of a model re-checks every module at each
+        call): the modules' classes (and, per class, whether it lists its members the
+        standard way and has extra state), the names and object ids of each one's
+        parameters, buffers and submodules, its non-persistent buffer names. None when
+        a class lists its members its own way (then each node signs alone)."""
+        mods = [n.module for n in nodes]
+        types: list[Any] = list(map(type, mods))
+        base = _torch().nn.Module
+        flags = []
+        for cls in set(types):
+            if cls.named_parameters is not base.named_parameters or \
+                    cls.named_buffers is not base.named_buffers or \
+                    cls.named_children is not base.named_children:
+                return None
+            own = getattr(cls, "get_extra_state", None)
+            flags.append((cls, own is not None and own is not base.get_extra_state))
+        try:
+            out: list = [types, frozenset(flags),
+                         list(map(frozenset, map(_NON_PERSISTENT, mods)))]
+            for dicts in (list(map(_PARAMS, mods)), list(map(_BUFFERS, mods)),
+                          list(map(_MODULES, mods))):
+                out += (list(map(len, dicts)), list(chain.from_iterable(dicts)),
+                        list(map(id, chain.from_iterable(map(dict.values, dicts)))))
+        except (AttributeError, TypeError):  # a module without torch's own dicts
+            return None
+        return out
+
     def _pyckpt_get_child(self, name: str) -> Any:
         """The child named ``name``. A node is made per visit of the module, so its
         children are listed once for all the lookups of one visit."""
@@ -252,6 +282,11 @@ class ExtraState:
 
 _EXTRA: "weakref.WeakKeyDictionary[Any, ExtraState]" = weakref.WeakKeyDictionary()
 _EXTRA_LOCK = threading.Lock()
+
+
+_PARAMS, _BUFFERS, _MODULES = (attrgetter("_parameters"), attrgetter("_buffers"),
+                               attrgetter("_modules"))
+_NON_PERSISTENT = attrgetter("_non_persistent_buffers_set")
 
 
 def _extra_state(module: Any) -> ExtraState | None:

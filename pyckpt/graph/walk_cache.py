@@ -12,7 +12,8 @@ torch tensors), and at the next call re-checks it by identity, in C-level passes
   the same names (dicts: their keys and the ids of their values; lists and tuples:
   the ids of their items; Trackables: ``_pyckpt_children``; adapter nodes: their
   ``_pyckpt_signature`` where they have one, asked of the node made at the walk
-  (so it must read its object afresh at every call, as torch's module node does),
+  (so it must read its object afresh at every call, as torch's module node does;
+  nodes of a kind with a ``_pyckpt_signatures(nodes)`` are signed all at once),
   else ``_pyckpt_children`` of a node made at each check);
 - each Variable holds the same array, each array keeps its shape and dtype, and the
   adapter's stamps of the other values are equal (torch: data pointer, shape,
@@ -68,7 +69,7 @@ class Walk:
     __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
                  "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
                  "_stamps", "_pending", "same_graphs", "skipped", "held", "fit", "_engine",
-                 "_srcs", "_batch", "__weakref__")
+                 "_srcs", "_batch", "_groups", "__weakref__")
 
     def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
                  checks: list[tuple[int, Any, Any, Any]], foreign: list,
@@ -101,6 +102,8 @@ class Walk:
         self.fit: tuple | None = None
         self._engine: Any = _UNKNOWN
         self._srcs = [t[0] for t in targets]
+        #: (sign, nodes, signature): adapter nodes of one kind signed in one call
+        self._groups: list[tuple[Any, list, Any]] = []
         self._batch: Batch | None = None
 
     @property
@@ -155,6 +158,9 @@ class Walk:
         """Whether the graph of ``root`` is still the one walked (module doc)."""
         if generation() != self._generation:
             return False
+        for sign, nodes, seen in self._groups:  # (adapter nodes signed together)
+            if sign(nodes) != seen:
+                return False
         for how, obj, seen, node in self._checks:
             if node is not None:  # (a module's node, made at the walk: its signature)
                 if node._pyckpt_signature() != seen:
@@ -195,6 +201,7 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
         return None
     values = set(live.values)
     checks: list[tuple[int, Any, Any, Any]] = []
+    together: dict[Any, list[Any]] = {}  # adapter nodes signed in one call per kind
     pending: list[Any] = []
     foreign: list[Any] = []
     held: list[Any] = []  # the items of containers: their ids, compared, stay theirs
@@ -228,11 +235,22 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
         # an adapter node that signs its children is made once and asked again (the
         # root's excepted: a node holds its object, and the walk must not hold the root)
         node = proxy if how == _SIGNED and n != 0 else None
+        if node is not None and hasattr(type(node), "_pyckpt_signatures"):
+            together.setdefault(type(node), []).append(node)  # signed with its kind
+            continue
         checks.append((how, None if n == 0 else obj,
                        node._pyckpt_signature() if node is not None else _signature(how, obj),
                        node))
         if how == _DICT or how == _SEQ and type(obj) is not tuple:
             held.append(list(obj.values()) if how == _DICT else list(obj))
+    groups: list[tuple[Any, list, Any]] = []
+    for kind, nodes in together.items():
+        sign = kind._pyckpt_signatures
+        seen = sign(nodes)
+        if seen is not None:
+            groups.append((sign, nodes, seen))
+        else:  # each alone
+            checks += [(_SIGNED, x, x._pyckpt_signature(), x) for x in nodes]
     foreign_stamps = stamps(foreign) if foreign else None
     if foreign and foreign_stamps is None:
         return None
@@ -244,6 +262,7 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
     live.ids.clear()  # (ids are for states, which a kept walk has none of)
     walk = Walk(live, structure, keys, targets, checks, foreign, foreign_stamps, pending)
     walk.held = held
+    walk._groups = groups
     return walk
 
 

@@ -366,3 +366,50 @@ def test_release_staging_memory_drops_the_kept_walks_and_the_storage_they_hold(w
     assert old() is None
     ck.snapshot()
     assert len(walks["walk"]) == 2  # walked again after the release
+
+
+@pytest.mark.parametrize("change", ["moved", "non_persistent", "extra_state", "class"])
+def test_the_modules_signed_together_see_each_change(change, walks, monkeypatch):
+    """A model's modules are re-checked in one call (``ModuleNode._pyckpt_signatures``):
+    a child moved to another module under the same name, a buffer made
+    non-persistent, a class given ``get_extra_state`` and a module's class swapped
+    are each seen, and the snapshot is the full walk's."""
+    torch = _torch()
+
+    class Holder(torch.nn.Module):
+        pass
+
+    a, b = Holder(), Holder()
+    a.register_buffer("x", torch.ones(2))
+    a.register_buffer("y", torch.zeros(3))
+    ckpt = pyckpt.Checkpoint(model=torch.nn.Sequential(a, b))
+    ckpt.snapshot()
+    ckpt.snapshot()
+    assert len(walks["walk"]) == 1  # kept
+    if change == "moved":  # the same names and ids in module order: only the owner moved
+        b.register_buffer("y", a._buffers.pop("y"))
+    elif change == "non_persistent":
+        a.register_buffer("x", a.x, persistent=False)  # the same tensor, no longer saved
+    elif change == "extra_state":
+        monkeypatch.setattr(Holder, "get_extra_state", lambda self: {"k": 1}, raising=False)
+        monkeypatch.setattr(Holder, "set_extra_state", lambda self, s: None, raising=False)
+    else:
+        class Other(torch.nn.Module):
+            def get_extra_state(self):
+                return 5
+
+            def set_extra_state(self, s):
+                pass
+
+        b.__class__ = Other
+    snap = ckpt.snapshot()
+    assert len(walks["walk"]) == 2  # the kept walk did not hold
+    walk_cache.forget_all()
+    full = ckpt.snapshot()
+    assert snap.keys() == full.keys()
+    if change == "moved":
+        assert "model/1/y/.ATTRIBUTES/VARIABLE_VALUE" in snap.keys()
+    elif change == "non_persistent":
+        assert "model/0/x/.ATTRIBUTES/VARIABLE_VALUE" not in snap.keys()
+    else:
+        assert any("extra_state" in k for k in snap.keys()), snap.keys()
