@@ -16,7 +16,11 @@ allocator reuses it: one snapshot's buffers do not fault in fresh pages):
 - ``gpt``: ``Checkpoint(state=...)`` of 1,162 float32 tensors (bench_gpu.py's 32-layer
   transformer with Adam m and v, ``--mib`` MiB);
 - ``seq32``: ``Checkpoint(model=...)`` of an ``nn.Sequential`` of 16 ``Linear(256, 256)``
-  (32 tensors).
+  (32 tensors);
+- ``enc12+adam``: ``Checkpoint(model=..., optimizer=...)`` of 12
+  ``TransformerEncoderLayer(64, 4, 128)`` and their Adam after one step (576 tensors:
+  parameters, ``exp_avg``, ``exp_avg_sq``, ``step``): a graph with a state node (the
+  optimizer), which no kept walk covers yet.
 
 Per state, the median (and the best) of ``--reps`` calls of ``torch._foreach_copy_`` (the limit),
 ``copy_state`` (``gpt``: of the two dicts; ``seq32``: of the two modules), ``snapshot()``,
@@ -73,14 +77,28 @@ def seq(seed):
     return torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(16)])
 
 
+def enc_adam(seed):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+                              for _ in range(12)])
+    opt = torch.optim.Adam(m.parameters())
+    m(torch.randn(2, 4, 64)).sum().backward()
+    opt.step()
+    tensors = [p.detach() for p in m.parameters()] + \\
+        [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+    return pyckpt.Checkpoint(model=m, optimizer=opt), tensors
+
+
 gpt_a, gpt_b = build_state(mib << 20, 32, torch.device("cpu"), 0), \\
     build_state(mib << 20, 32, torch.device("cpu"), 1)
 seq_a, seq_b = seq(0), seq(1)
+(enc_a, enc_ta), (enc_b, enc_tb) = enc_adam(0), enc_adam(1)
 cases = {
     "gpt": (pyckpt.Checkpoint(state=gpt_a), pyckpt.Checkpoint(state=gpt_b), gpt_a, gpt_b,
             list(gpt_a.values()), list(gpt_b.values())),
     "seq32": (pyckpt.Checkpoint(model=seq_a), pyckpt.Checkpoint(model=seq_b), seq_a, seq_b,
               list(seq_a.parameters()), list(seq_b.parameters())),
+    "enc12+adam": (enc_a, enc_b, enc_a, enc_b, enc_ta, enc_tb),
 }
 out = {}
 for name, (src, dst, csrc, cdst, a, b) in cases.items():

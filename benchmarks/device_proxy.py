@@ -82,7 +82,8 @@ def install() -> None:
     td.SMALL_HOST_BYTES = 1 << 62
     # its targets depend on what torch's do: torch's stamp (revisions that have one)
     stamp = {"stamp": torch_support.stamp} if "stamp" in Adapter._fields else {}
+    # a stored leaf of kind "proxy" comes back as a tensor, as one of kind "torch" does
     _ADAPTERS.insert(0, Adapter("proxy", leaf=as_device, target=as_device, copy=copy_hook,
-                                **stamp))
+                                from_host=torch_support.from_host, **stamp))
     if hasattr(registry, "touch"):
         registry.touch()
