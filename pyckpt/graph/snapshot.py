@@ -145,7 +145,7 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
     The walk of root is kept and re-checked at the next call instead of walked
     again where it can be (``walk_cache``); an ``into`` taken from the kept walk
     that still holds gives its buffers key for key without a look at each."""
-    walk, live = walk_of(root)
+    walk, live = walk_of(root, states=True)
     structure: tuple | None
     if walk is not None:
         keys, srcs, structure = walk.keys, walk.srcs, walk.structure
@@ -437,7 +437,8 @@ def _copy_kept(src: Any, dst: Any, threads: int) -> tuple[bool, LiveGraph | None
         if src._structure is None:
             return False, None
         kept: Any = src.graph
-        structure, srcs = src._structure, list(src.arrays.values())
+        structure: tuple | None = src._structure
+        srcs = list(src.arrays.values())
         has_counter = SAVE_COUNTER_KEY in src.arrays
         mode = "try" if src._kept else "kept"
     elif _is_graph(src):

@@ -43,8 +43,10 @@ from ..registry import generation, node_proxy, stamps
 from ..variables import Variable
 from . import deferred
 from .nodes import Target, _adapt
+from .kept_states import KeptState
+from .nodes import _adapt as adapt_node
 from .object_graph import LiveGraph, StoredGraph, traverse, unit_restorer
-from .stateful import PyValue
+from .stateful import PyValue, StateNode
 from .trackable import Trackable
 
 __all__ = ["Walk", "walk_of", "forget", "forget_all"]
@@ -69,9 +71,10 @@ class Walk:
     __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
                  "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
                  "_stamps", "_pending", "same_graphs", "skipped", "held", "fit", "_engine",
-                 "_srcs", "_batch", "_groups", "__weakref__")
+                 "_srcs", "_batch", "_groups", "_states", "__weakref__")
 
-    def __init__(self, live: LiveGraph, structure: tuple, keys: list[str], targets: list[Target],
+    def __init__(self, live: LiveGraph, structure: tuple | None, keys: list[str],
+                 targets: list[Target],
                  checks: list[tuple[int, Any, Any, Any]], foreign: list,
                  foreign_stamps: list | None,
                  pending: list) -> None:
@@ -104,6 +107,8 @@ class Walk:
         self._srcs = [t[0] for t in targets]
         #: (sign, nodes, signature): adapter nodes of one kind signed in one call
         self._groups: list[tuple[Any, list, Any]] = []
+        #: the state nodes (kept_states.py); a walk with some has no ``structure``
+        self._states: list[KeptState] = []
         self._batch: Batch | None = None
 
     @property
@@ -140,9 +145,11 @@ class Walk:
             self.graph = StoredGraph.from_doc(self.doc)
         return self.graph, self.doc
 
-    def same_as(self, other: Any, structure: tuple) -> bool:
+    def same_as(self, other: Any, structure: tuple | None) -> bool:
         """Whether ``structure`` (that of ``other``: a stored graph or another Walk)
         equals this walk's; ``other`` is remembered (a few), to be known by identity."""
+        if structure is None or self.structure is None:
+            return False  # a graph with states: its values are not all filled in place
         if any(o is other for o in self.same_graphs):
             return True
         if structure is not self.structure and structure != self.structure:
@@ -166,6 +173,9 @@ class Walk:
                 if node._pyckpt_signature() != seen:
                     return False
             elif _signature(how, root if obj is None else obj) != seen:
+                return False
+        for state in self._states:  # (reads each state dict; its numbers taken afresh)
+            if not state.holds():
                 return False
         if [id(v._value) for v in self._variables] != self._var_ids:
             return False
@@ -197,17 +207,36 @@ def _signature(how: int, obj: Any) -> Any:
 
 def _build(root: Any, live: LiveGraph) -> Walk | None:
     """A Walk of ``live`` (just walked from root), or None for a graph it does not keep."""
-    if live.templates or live.units:
+    if live.units or 0 in live.templates:
         return None
     values = set(live.values)
+    states: list[KeptState] = []
+    below: set[int] = set()  # the nodes of the state dicts (their mirrors and values)
+    leaf_arrays: list[np.ndarray] = []  # numpy arrays among the states' leaves
     checks: list[tuple[int, Any, Any, Any]] = []
     together: dict[Any, list[Any]] = {}  # adapter nodes signed in one call per kind
     pending: list[Any] = []
     foreign: list[Any] = []
     held: list[Any] = []  # the items of containers: their ids, compared, stay theirs
+    parents = live.parents
     for n, obj in enumerate(live.objects):
+        if n and (parents[n] in below or parents[n] in live.templates):
+            below.add(n)  # checked through its state node (breadth-first: parents first)
+            if isinstance(obj, PyValue) and (n not in values or live.edges[n] or
+                                             live.targets[n][1] is not None):
+                return None
+            continue
         if isinstance(obj, PyValue):
-            return None
+            return None  # a Python value in a list or dict: restored by replacement
+        if n in live.templates:  # a state node: its state dict re-read at each check
+            kept = KeptState.build(obj, live.templates[n]) \
+                if isinstance(adapt_node(obj), StateNode) else None
+            if kept is None:
+                return None
+            states.append(kept)
+            for a in kept.arrays():
+                (leaf_arrays if type(a) is np.ndarray else foreign).append(a)
+            continue
         if n in values:
             if live.edges[n] or live.targets[n][1] is not None:
                 return None  # a value with children, or a target with a finish
@@ -254,20 +283,26 @@ def _build(root: Any, live: LiveGraph) -> Walk | None:
     foreign_stamps = stamps(foreign) if foreign else None
     if foreign and foreign_stamps is None:
         return None
-    structure = live.structure()
-    assert structure is not None  # (no templates)
+    structure = live.structure()  # (None with states)
     keys = live.value_keys()
     targets = [live.targets[n] for n in live.values]
+    doc = live.to_json() if states else None  # (its states name values by live.ids)
     live.objects[0] = None  # the root is the weak key: not held by its own walk
-    live.ids.clear()  # (ids are for states, which a kept walk has none of)
+    live.ids.clear()
     walk = Walk(live, structure, keys, targets, checks, foreign, foreign_stamps, pending)
     walk.held = held
     walk._groups = groups
+    if states:
+        assert doc is not None
+        walk._states = states
+        walk.doc, walk.graph = doc, StoredGraph.from_doc(doc)
+        walk._arrays += leaf_arrays
+        walk._array_meta = [list(map(_SHAPE, walk._arrays)), list(map(_DTYPE, walk._arrays))]
     return walk
 
 
-def walk_of(root: Any, live: LiveGraph | None = None, skip: tuple = (), mode: str = "walk"
-            ) -> tuple[Walk | None, LiveGraph | None]:
+def walk_of(root: Any, live: LiveGraph | None = None, skip: tuple = (), mode: str = "walk",
+            states: bool = False) -> tuple[Walk | None, LiveGraph | None]:
     """(the kept walk of root when it still holds, else a new one where root's graph
     is kept (module doc), or None; the full walk made, or None when the kept one
     held). ``live``: a full walk of root just made, to keep instead of walking.
@@ -276,7 +311,11 @@ def walk_of(root: Any, live: LiveGraph | None = None, skip: tuple = (), mode: st
     need a full walk then); for callers that do not (a restore, which matches by
     its own walk: a walk made here in vain would be a second one), ``"try"`` walks
     unless the last walk of root was not kept (and no adapter was registered
-    since), ``"kept"`` only re-checks a kept walk (never walks: (None, None))."""
+    since), ``"kept"`` only re-checks a kept walk (never walks: (None, None)).
+    ``states``: whether the caller takes a walk of a graph with state nodes (a
+    snapshot does; a restore or ``copy_state``, which must load a state dict
+    through its object, does not: for them such a graph is not kept, and a kept
+    walk of it is left for the snapshots)."""
     key = tuple(map(id, skip))
     try:
         kept = _WALKS.get(root)
@@ -287,13 +326,16 @@ def walk_of(root: Any, live: LiveGraph | None = None, skip: tuple = (), mode: st
         if mode != "walk" and live is None and walk == generation():
             return None, None
         walk = None
+    if walk is not None and walk._states and not states:  # (the snapshots' walk)
+        return None, (None if mode != "walk" else
+                      live if live is not None else traverse(root, skip=key))
     if walk is not None and live is None and walk.holds(root):
         return walk, None
     if mode == "kept" and live is None:
         return None, None
     if live is None:
         live = traverse(root, skip=key)
-    walk = _build(root, live)
+    walk = _build(root, live) if states or not live.templates else None
     if kept is None:
         kept = _WALKS[root] = {}
     if walk is None:

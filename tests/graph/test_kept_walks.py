@@ -172,7 +172,10 @@ def test_a_registered_adapter_drops_the_kept_walks(walks, monkeypatch):
     assert len(walks["walk"]) == 2
 
 
-def test_graphs_with_states_are_walked_each_time(walks):
+def test_a_graph_with_an_optimizer_is_kept_for_snapshots_not_for_restores(walks):
+    """A state node (graph/kept_states.py): snapshots re-read the optimizer's state
+    dict instead of walking it (a new learning rate is taken, without a walk); a
+    restore loads it through the optimizer, by the full match, as before."""
     torch = _torch()
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -180,10 +183,86 @@ def test_graphs_with_states_are_walked_each_time(walks):
     opt.step()
     ckpt = pyckpt.Checkpoint(model=model, opt=opt)
     snap = ckpt.snapshot()
-    ckpt.snapshot(into=snap)
+    opt.param_groups[0]["lr"] = 0.05
+    snap = ckpt.snapshot(into=snap)
+    assert len(walks["walk"]) == 1  # kept
+    assert float(np.array(snap["opt/param_groups/0/lr/.ATTRIBUTES/VARIABLE_VALUE"])) == 0.05
+    momentum = opt.state[model.weight]["momentum_buffer"]
+    want = momentum.clone()
+    with torch.no_grad():
+        momentum.add_(1.0)
+    opt.param_groups[0]["lr"] = 0.3
     ckpt.restore(snap).assert_consumed()
-    assert len(walks["walk"]) == 2 and len(walks["match"]) == 1
-    assert walk_cache._WALKS[ckpt][()] == registry.generation()  # not kept
+    assert len(walks["match"]) == 1  # the full match, which loads the state dict
+    assert torch.equal(opt.state[model.weight]["momentum_buffer"], want)
+    assert opt.param_groups[0]["lr"] == 0.05
+    assert walk_cache._WALKS[ckpt][()].structure is None  # the snapshots' walk, kept
+
+
+class _Stateful:
+    """A user object saved through its state dict: a new dict at each call, holding
+    the same leaves."""
+
+    def __init__(self, torch):
+        self.state = {"name": "a", "x": 1.5, "n": 5, "t": torch.zeros(3), "l": [1, (2, 3.0)],
+                      "a": np.arange(4.0)}
+
+    def state_dict(self):
+        return dict(self.state)
+
+    def load_state_dict(self, state):
+        self.state = dict(state)
+
+
+def _change(torch, st, change):
+    if change == "name":
+        st.state["name"] = "b"  # a text leaf (in the graph's state column)
+    elif change == "type":
+        st.state["x"] = 2  # a float becomes an int
+    elif change == "big":
+        st.state["n"] = 2 ** 70  # beyond int64: kept as text
+    elif change == "tensor":
+        st.state["t"] = torch.ones(3)  # another tensor
+    elif change == "data":
+        st.state["t"].data = torch.ones(5)  # new storage of the same tensor
+    elif change == "array":
+        st.state["a"] = np.ones(4)
+    elif change == "key":
+        st.state["y"] = 1.0
+    elif change == "tuple":
+        st.state["l"] = [1, [2, 3.0]]  # a tuple becomes a list
+    elif change == "raises":
+        st.state_dict = lambda: 1 / 0
+
+
+@pytest.mark.parametrize("change", ["name", "type", "big", "tensor", "data", "array", "key",
+                                    "tuple", "raises"])
+def test_a_state_dict_of_another_form_is_walked_again(change, walks):
+    """Each change of a state dict's form ends its kept walk; the snapshot is then the
+    full walk's (same keys, values and graph), or its error."""
+    torch = _torch()
+    st = _Stateful(torch)
+    ckpt = pyckpt.Checkpoint(s=st)
+    ckpt.snapshot()
+    st.state["x"] = 2.5  # a new number: taken without a walk
+    snap = ckpt.snapshot()
+    assert len(walks["walk"]) == 1
+    assert float(np.array(snap["s/x/.ATTRIBUTES/VARIABLE_VALUE"])) == 2.5
+    _change(torch, st, change)
+    if change == "raises":
+        with pytest.raises(ZeroDivisionError):
+            ckpt.snapshot()
+        return
+    snap = ckpt.snapshot()
+    assert len(walks["walk"]) == 2  # the kept walk did not hold
+    walk_cache.forget_all()
+    full = ckpt.snapshot()
+    assert snap.keys() == full.keys() and snap.graph_doc == full.graph_doc
+    for k in full.keys():
+        np.testing.assert_array_equal(np.array(snap[k]), np.array(full[k]))
+    st2 = _Stateful(torch)
+    pyckpt.Checkpoint(s=st2).restore(snap).assert_consumed()
+    assert st2.state.keys() == st.state.keys() and st2.state["name"] == st.state["name"]
 
 
 def test_a_pending_restore_takes_the_full_match(walks):
