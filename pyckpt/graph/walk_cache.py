@@ -3,10 +3,14 @@
 ``Checkpoint.snapshot()``, ``restore(snapshot)`` and ``copy_state`` of object graphs
 walk the graph (``object_graph.traverse``: several microseconds per value) only to
 find what they found the last time. ``walk_of(root)`` keeps, per root (weakly: the
-kept walk goes with the root), the last walk of a graph without states (no stateful
-nodes, Python values, objects restored as a whole, targets with a finish) whose
-values are numpy arrays, Variables or objects an adapter stamps (``registry.stamps``:
-torch tensors), and at the next call re-checks it by identity, in C-level passes:
+kept walk goes with the root), the last walk of a graph without Python values in
+lists and dicts, objects restored as a whole or targets with a finish, whose values
+are numpy arrays, Variables or objects an adapter stamps (``registry.stamps``:
+torch tensors), and at the next call re-checks it by identity, in C-level passes.
+A graph with state nodes (optimizers, objects with ``state_dict()``) is kept for
+the snapshots only (``walk_of(states=True)``): each state dict is read again and
+compared with the walk's template (``kept_states.py``); such a walk has no
+``structure``, so restores and ``copy_state`` never pair values through it.
 
 - each container, Trackable and adapter node still holds the same children under
   the same names (dicts: their keys and the ids of their values; lists and tuples:
