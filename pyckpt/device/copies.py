@@ -22,7 +22,7 @@ from .._native import core as _core
 from .array import DeviceArray
 from .engine import CopyEngine, Ticket
 
-__all__ = ["Value", "copy_values", "one_engine", "unwritable", "overlap"]
+__all__ = ["Value", "copy_values", "one_engine", "unwritable", "overlap", "host_copy"]
 
 #: A value as the copy routines see it: a host array or an array in device memory.
 Value = Union[np.ndarray, DeviceArray]
@@ -72,7 +72,7 @@ def _wait_all(tickets: Sequence[Ticket]) -> None:
         raise first
 
 
-def _host_copy(srcs: list[np.ndarray], dsts: list[np.ndarray], threads: int) -> None:
+def host_copy(srcs: list[np.ndarray], dsts: list[np.ndarray], threads: int = 0) -> None:
     """Host to host, in parallel (C++ core); a destination in the other byte order is
     filled through a view of the source's dtype, then swapped in place."""
     if not srcs:
@@ -133,7 +133,7 @@ class _Routes:
                 tickets.extend(eng.to_device(hs, ds))
             for eng, (a, b) in self.d2d.items():
                 eng.copy(a, b)
-            _host_copy(self.host_s, self.host_d, threads)
+            host_copy(self.host_s, self.host_d, threads)
         finally:
             _wait_all(tickets)
 
@@ -158,7 +158,7 @@ def _forward(bounce: list[tuple[np.ndarray, Value]], threads: int) -> None:
             else:
                 back_s.append(tmp)
                 back_d.append(d)
-        _host_copy(back_s, back_d, threads)
+        host_copy(back_s, back_d, threads)
     finally:
         _wait_all(second)
 

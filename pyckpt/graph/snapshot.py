@@ -23,7 +23,7 @@ import numpy as np
 from .._dtypes import describe_dtypes, refuse_objects, same_dtype
 from ..device.array import DeviceArray
 from ..device.buffers import PinnedPool
-from ..device.copies import Value, copy_values, one_engine, unwritable
+from ..device.copies import Value, copy_values, host_copy, one_engine, unwritable
 from ..device.engine import Batch, CopyEngine
 from ..format.json_scan import no_cyclic_gc
 from ..load_into import collect_targets
@@ -73,6 +73,8 @@ class Snapshot:
         self._host = False  # taken with host=True
         self._kept = False  # taken from a kept walk (walk_cache)
         self._batch: tuple[CopyEngine, Batch] | None = None  # its buffers as one engine's
+        #: the buffers of a walk's Split: (the device part's Batch, the host buffers)
+        self._parts: tuple[Batch, list[np.ndarray]] | None = None
 
     def _batch_of(self, eng: CopyEngine) -> Batch:
         """Its buffers (every one a DeviceArray of ``eng``) as ``eng``'s Batch, made
@@ -156,7 +158,9 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
         structure = live.structure()
     snap = Snapshot(StoredGraph([], []), {})
     eng = walk.engine if walk is not None and not host else None
+    split = walk.split if walk is not None and eng is None and not host else None
     batch: Batch | None = None
+    parts: tuple[Batch, list[np.ndarray]] | None = None  # (split's buffers)
     if walk is not None and into is not None and into._walk() is walk and not host \
             and not into._host and len(into.arrays) == len(srcs):
         final = list(into.arrays.values())  # taken from this walk: each fits its key
@@ -166,11 +170,20 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
             for d in final:
                 if isinstance(d, np.ndarray):
                     d.flags.writeable = True  # our own buffer, read-only when handed out
+            if split is not None and into._parts is not None:
+                parts = into._parts
+                split.engine.copy_batches(split.batch, parts[0])
     elif eng is not None and into is None:  # new buffers holding copies, in one batch
         assert walk is not None
         with no_cyclic_gc():  # a buffer object per value, none in a cycle: no collections
             batch = eng.clones(walk.batch())
         final = cast(list[Value], batch.arrays)
+    elif split is not None and into is None:  # device copies in one batch, host ones apart
+        with no_cyclic_gc():
+            made = split.engine.clones(split.batch)
+            bufs = [np.empty(a.shape, a.dtype) for a in split.host_arrays]
+        parts = (made, bufs)
+        final = _placed(len(srcs), (split.device, made.arrays), (split.host, bufs))
     else:
         with no_cyclic_gc():
             final = _snapshot_buffers(keys, srcs, into, host, snap._pool)
@@ -181,6 +194,10 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
         if final is not batch.arrays:  # (clones: copied when made)
             eng.copy_batches(walk.batch(), batch)
         snap._batch = (eng, batch)
+    elif parts is not None:
+        assert split is not None
+        host_copy(split.host_arrays, parts[1], threads)  # (the device part: issued above)
+        snap._parts = parts
     else:
         copy_values(srcs, final, threads)
     if into is not None and structure is not None and (into._structure is structure or
@@ -204,6 +221,15 @@ def take_snapshot(root: Any, into: Snapshot | None = None, threads: int = 0, *,
                 d.flags.writeable = False  # a snapshot is a record; restoring copies out of it
     snap.arrays = dict(zip(keys, final))
     return snap
+
+
+def _placed(n: int, *parts: tuple[list[int], list[Any]]) -> list[Value]:
+    """A list of ``n`` values with each part's values at its positions."""
+    out: list[Any] = [None] * n
+    for where, values in parts:
+        for i, v in zip(where, values):
+            out[i] = v
+    return out
 
 
 def _snapshot_buffers(keys: list[str], srcs: list[Value], into: Snapshot | None, host: bool,

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..device.buffers import on_release
+from ..device.array import DeviceArray
 from ..device.copies import one_engine
 from ..device.engine import Batch
 from ..registry import generation, node_proxy, stamps
@@ -53,7 +54,7 @@ from .object_graph import LiveGraph, StoredGraph, traverse, unit_restorer
 from .stateful import PyValue, StateNode
 from .trackable import Trackable
 
-__all__ = ["Walk", "walk_of", "forget", "forget_all"]
+__all__ = ["Walk", "Split", "walk_of", "forget", "forget_all"]
 
 #: root -> {ids of the skipped objects: the kept walk, or the generation in which the
 #: last walk was not kept}
@@ -75,7 +76,7 @@ class Walk:
     __slots__ = ("live", "keys", "targets", "structure", "graph", "doc", "_generation",
                  "_checks", "_variables", "_var_ids", "_arrays", "_array_meta", "_foreign",
                  "_stamps", "_pending", "same_graphs", "skipped", "held", "fit", "_engine",
-                 "_srcs", "_batch", "_groups", "_states", "__weakref__")
+                 "_srcs", "_batch", "_groups", "_states", "_split", "__weakref__")
 
     def __init__(self, live: LiveGraph, structure: tuple | None, keys: list[str],
                  targets: list[Target],
@@ -113,6 +114,7 @@ class Walk:
         self._groups: list[tuple[Any, list, Any]] = []
         #: the state nodes (kept_states.py); a walk with some has no ``structure``
         self._states: list[KeptState] = []
+        self._split: Any = _UNKNOWN
         self._batch: Batch | None = None
 
     @property
@@ -130,6 +132,16 @@ class Walk:
     def srcs(self) -> list:
         """The arrays of the values, in ``values`` order (one list: not to be changed)."""
         return self._srcs
+
+    @property
+    def split(self) -> "Split | None":
+        """Where the values are DeviceArrays of one engine and plain host arrays (a
+        graph with state nodes: device tensors, host numbers), the two parts (a
+        Split); else None. Found once (the values of a kept walk are the same
+        objects at every call)."""
+        if self._split is _UNKNOWN:
+            self._split = Split.of(self._srcs)
+        return self._split
 
     def batch(self) -> Batch:
         """The values as their engine's ``Batch`` (``engine`` is not None), made once:
@@ -192,6 +204,31 @@ class Walk:
             if deferred.pending(root if obj is None else obj):
                 return False
         return True
+
+
+class Split:
+    """The values of a walk in two parts: the positions of the DeviceArrays, all of
+    ``engine``, as its Batch, and the positions of the plain host arrays."""
+
+    __slots__ = ("engine", "device", "host", "batch", "host_arrays")
+
+    def __init__(self, engine: Any, device: list[int], host: list[int], values: list) -> None:
+        self.engine = engine
+        self.device = device
+        self.host = host
+        self.batch = engine.batch([values[i] for i in device])
+        self.host_arrays: list[np.ndarray] = [values[i] for i in host]
+
+    @classmethod
+    def of(cls, values: list) -> "Split | None":
+        device = [i for i, v in enumerate(values) if type(v) is DeviceArray]
+        host = [i for i, v in enumerate(values) if type(v) is np.ndarray]
+        if not device or not host or len(device) + len(host) != len(values):
+            return None
+        engines = {values[i].engine for i in device}
+        if len(engines) != 1:
+            return None
+        return cls(engines.pop(), device, host, values)
 
 
 def _signature(how: int, obj: Any) -> Any:

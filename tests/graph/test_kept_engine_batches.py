@@ -164,3 +164,38 @@ def test_a_kept_restore_reports_its_match_when_asked(beng):
             snap).assert_existing_objects_matched()
     session = restore_mod.RestoreSession.__new__(restore_mod.RestoreSession)
     assert not hasattr(session, "matched") and not hasattr(session, "anything")
+
+
+class _Sched:
+    """An object saved through its state dict: a device value and a host number."""
+
+    def __init__(self, eng):
+        self.lr = 0.1
+        self.t = Box(eng, np.arange(3.0))
+
+    def state_dict(self):
+        return {"lr": self.lr, "t": self.t}
+
+    def load_state_dict(self, state):
+        self.lr = state["lr"]
+
+
+def test_device_values_and_host_numbers_are_copied_each_in_one_batch(beng, monkeypatch):
+    """A kept walk of a graph with a state node (device values, a host number): its
+    Split copies the device values by the engine's batch and the host numbers in
+    one host copy, never value by value; ``into=`` refills the same buffers."""
+    src = pyckpt.Checkpoint(state=_state(beng, 0), sched=_Sched(beng))
+    routed = count_calls(monkeypatch, snapshot_mod, "copy_values")
+    src.snapshot()  # walks, keeps: through the walk's Split already
+    snap = src.snapshot()  # new buffers
+    src.sched.lr = 0.2
+    for b in src.state.values():
+        b.d.obj[...] = 3.0
+    snap2 = src.snapshot(into=snap)
+    assert routed == []  # never value by value
+    assert [id(a) for a in snap2.arrays.values()] == [id(a) for a in snap.arrays.values()]
+    assert float(snap2["sched/lr/.ATTRIBUTES/VARIABLE_VALUE"]) == 0.2
+    np.testing.assert_array_equal(snap2["sched/t/.ATTRIBUTES/VARIABLE_VALUE"], np.arange(3.0))
+    for i in range(5):
+        np.testing.assert_array_equal(snap2[f"state/b{i}/.ATTRIBUTES/VARIABLE_VALUE"], 3.0)
+    assert not snap2.arrays["sched/lr/.ATTRIBUTES/VARIABLE_VALUE"].flags.writeable
