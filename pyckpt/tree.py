@@ -419,11 +419,21 @@ def is_array_kind(kind: str) -> bool:
     return kind not in SCALAR_KINDS
 
 
-def rebuild_leaf(kind: str, arr: np.ndarray) -> Any:
+def is_framework_kind(kind: str) -> bool:
+    """Whether a leaf of ``kind`` is a framework's array (an adapter's name, such as
+    "torch"), rebuilt by that adapter."""
+    return kind.isidentifier() and kind != "ndarray" and is_array_kind(kind)
+
+
+def rebuild_leaf(kind: str, arr: np.ndarray | DeviceArray) -> Any:
     """The leaf of ``kind`` (as ``flatten`` recorded it: "ndarray", "numpy_scalar",
     "int", "float", "bool", "complex"; or an adapter's name such as "torch", for the
-    tensors of a state dict: that framework's host array) from its loaded array;
-    ValueError for another."""
+    tensors of a state dict: that framework's host array, or, from a DeviceArray,
+    its own array on its device) from its loaded array; ValueError for another."""
+    if isinstance(arr, DeviceArray):
+        if not is_framework_kind(kind):
+            raise ValueError(f"a leaf of kind {kind!r} cannot come from device memory")
+        return arr.obj
     if kind == "ndarray":
         return arr
     if kind == "numpy_scalar":

@@ -24,7 +24,7 @@ import numpy as np
 from .._dtypes import describe_dtypes, finish_byte_order, same_dtype, source_order_view
 from ..device.array import DeviceArray
 from ..device.copies import copy_values, one_engine, unwritable
-from ..tree import skeleton_leaves, unflatten
+from ..tree import is_framework_kind, skeleton_leaves, unflatten
 from . import deferred
 from .keys import STATE_SUFFIX, escape, index_lists, path_string
 from .nodes import Target, TargetMemo, remembered_target, value_target
@@ -212,28 +212,35 @@ class RestoreSession:
         fallback kind."""
         g = self.graph
         held = self._keys()
-        trees, keys, arrays = [], [], []
+        trees, keys, framework = [], [], []
         for node, fallback in wanted:
             tree = g.state[node]
             if tree is None:
                 tree = g.value[node] if fallback in (None, "ndarray") else \
                     {"s": g.value[node], "as": fallback}
             try:
-                names = list(skeleton_leaves(tree))
+                kinds = skeleton_leaves(tree)
             except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
                 raise ValueError(f"cannot restore from {self.source.describe()}: malformed "
                                  f"state of graph node {node}: {e}") from None
+            names = list(kinds)
             for k in names:
                 if k not in held:
                     raise ValueError(f"cannot restore from {self.source.describe()}: the state "
                                      f"of graph node {node} names {k!r}, which the checkpoint "
                                      "lacks")
-                shape, dtype = self.source.shape_dtype(k)
                 keys.append(k)
-                arrays.append(np.empty(shape, dtype=dtype))
+                if is_framework_kind(kinds[k]):
+                    framework.append(k)
             trees.append((node, tree, names))
+        # a snapshot's framework arrays in device memory: new arrays on their device
+        # (an optimizer's state: no round trip through host memory)
+        copies = getattr(self.source, "device_copies", None)
+        values: dict[str, Any] = copies(framework) if copies is not None and framework else {}
+        keys = [k for k in dict.fromkeys(keys) if k not in values]
+        arrays = [np.empty(*self.source.shape_dtype(k)) for k in keys]
         self.source.read(keys, arrays)
-        values = dict(zip(keys, arrays))
+        values.update(zip(keys, arrays))
         out = []
         for node, tree, names in trees:
             try:

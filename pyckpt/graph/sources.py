@@ -6,6 +6,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from ..device.array import DeviceArray
 from ..device.copies import copy_values
 from ..errors import CorruptCheckpointError
 from ..format.read_plan import ReadPlan
@@ -82,3 +83,23 @@ class SnapshotSource:
         """Copies the snapshot's values of ``keys`` into ``dsts`` (host arrays or
         DeviceArrays; ``device.copies.copy_values``)."""
         copy_values([self.snapshot.arrays[k] for k in keys], dsts)
+
+    def device_copies(self, keys: Sequence[str]) -> dict[str, DeviceArray]:
+        """New arrays on the device, holding copies of the values of ``keys`` whose
+        copy lies in device memory (``engine.clones``, ordered with the caller's
+        work: nothing crosses to the host), by key; an engine that makes none (JAX's
+        arrays cannot be filled) leaves its keys out, to be read to the host."""
+        arrays = self.snapshot.arrays
+        by_engine: dict[Any, list[str]] = {}
+        for k in keys:
+            a = arrays[k]
+            if isinstance(a, DeviceArray):
+                by_engine.setdefault(a.engine, []).append(k)
+        out: dict[str, DeviceArray] = {}
+        for eng, ks in by_engine.items():
+            try:
+                made = eng.clones(eng.batch([arrays[k] for k in ks]))
+            except (NotImplementedError, TypeError):
+                continue
+            out.update(zip(ks, made.arrays))
+        return out

@@ -351,3 +351,34 @@ def test_kept_walks_of_cuda_state_walk_once_and_see_new_storage(monkeypatch):
     with pytest.raises(ValueError, match="state/w1"):
         dst.restore(snap)
 
+
+
+def test_snapshot_of_a_model_and_its_optimizer_restores_on_the_device(monkeypatch):
+    """Checkpoint(model, optimizer).snapshot(): kept for the next snapshots (the state
+    dict re-read, a new learning rate taken); restore(snapshot) loads the optimizer
+    from new CUDA tensors (engine.clones), never through host memory."""
+    from pyckpt.adapters import torch_device
+    from pyckpt.testing.spies import count_calls
+
+    model = make_model(7)
+    opt = make_opt(model, "default")
+    train(model, opt, 2, seed=1)
+    ckpt = pyckpt.Checkpoint(model=model, opt=opt)
+    snap = ckpt.snapshot()
+    opt.param_groups[0]["lr"] = 3e-3
+    snap = ckpt.snapshot(into=snap)
+    want_model, want_opt = clone_state(model), {
+        n: {k: v.clone() for k, v in s.items()} for n, s in opt_state(opt, model).items()}
+    train(model, opt, 2, seed=2)
+    opt.param_groups[0]["lr"] = 1.0
+    to_host = count_calls(monkeypatch, torch_device.TorchCudaEngine, "to_host")
+    ckpt.restore(snap).assert_consumed()
+    torch.cuda.synchronize()
+    assert to_host == []
+    assert_state(model, want_model)
+    assert opt.param_groups[0]["lr"] == 3e-3
+    buffers = {a.obj.data_ptr() for a in snap.arrays.values() if hasattr(a, "obj")}
+    for n, s in opt_state(opt, model).items():
+        for k, v in s.items():
+            assert v.device == want_opt[n][k].device and torch.equal(v, want_opt[n][k]), (n, k)
+            assert v.data_ptr() not in buffers  # new memory, not the snapshot's

@@ -199,3 +199,43 @@ def test_device_values_and_host_numbers_are_copied_each_in_one_batch(beng, monke
     for i in range(5):
         np.testing.assert_array_equal(snap2[f"state/b{i}/.ATTRIBUTES/VARIABLE_VALUE"], 3.0)
     assert not snap2.arrays["sched/lr/.ATTRIBUTES/VARIABLE_VALUE"].flags.writeable
+
+
+class _Held:
+    """An object saved through its state dict, holding one device value."""
+
+    def __init__(self, eng, v):
+        self.t = Box(eng, np.full(3, v))
+        self.loaded = None
+
+    def state_dict(self):
+        return {"t": self.t}
+
+    def load_state_dict(self, state):
+        self.loaded = state
+
+
+def test_a_state_dict_restored_from_a_snapshot_gets_new_arrays_on_the_device(eng, monkeypatch,
+                                                                            tmp_path):
+    """restore(snapshot) of a state node: its framework arrays held in device memory
+    come back as new arrays on the device (``engine.clones``), never through host
+    memory and never the snapshot's own buffers; from a file, through the adapter's
+    ``from_host``."""
+    registry._ADAPTERS.insert(0, registry.Adapter("devbox", leaf=_target, target=_target,
+                                                  from_host=lambda a: ("host", a)))
+    registry.touch()
+    snap = pyckpt.Checkpoint(s=_Held(eng, 1.0)).snapshot()
+    buf = snap.arrays["s/t/.ATTRIBUTES/VARIABLE_VALUE"]
+    to_host = count_calls(monkeypatch, eng, "to_host")
+    dst = _Held(eng, 0.0)
+    pyckpt.Checkpoint(s=dst).restore(snap).assert_consumed()
+    got = dst.loaded["t"]
+    assert isinstance(got, np.ndarray) and not np.shares_memory(got, buf.obj)
+    np.testing.assert_array_equal(got, 1.0)
+    assert to_host == []
+    path = str(tmp_path / "c")
+    pyckpt.Checkpoint(s=_Held(eng, 2.0)).write(path)
+    pyckpt.Checkpoint(s=dst).restore(path)
+    kind, arr = dst.loaded["t"]
+    assert kind == "host"
+    np.testing.assert_array_equal(arr, 2.0)
