@@ -36,15 +36,12 @@ Usage: python benchmarks/bench_copy_cost.py [--before REV] [--rounds 3] [--reps 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from harness import TREE_PRELUDE, remove_tree, tree_at
+from harness import against, child_json
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,18 +118,11 @@ print(json.dumps(out))
 
 def measure(tree: Path | None, args: argparse.Namespace) -> dict:
     env = dict(os.environ)
-    if tree is not None:
-        env["PYCKPT_BENCH_TREE"] = str(tree)
     # freed memory reused, as CUDA's caching allocator reuses it (glibc would unmap a large
     # freed block and fault its pages in again at the next snapshot's first copy)
     env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))  # (its maximum)
     env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 31))
-    r = subprocess.run([sys.executable, "-c", TREE_PRELUDE + MEASURE, str(HERE), str(args.mib),
-                        str(args.reps)], capture_output=True, text=True, env=env,
-                       cwd=tempfile.gettempdir(), timeout=1800)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-3000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return child_json(MEASURE, [str(HERE), str(args.mib), str(args.reps)], tree, env)
 
 
 def main() -> int:
@@ -142,20 +132,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=21, help="calls per contender and round")
     ap.add_argument("--mib", type=int, default=16, help="MiB of the gpt state")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pyckpt-bench-copy-cost-"))
-    trees: dict[str, Path | None] = {"this tree": None}
-    if a.before:
-        trees[a.before] = tree_at(a.before, work / "before")
-    runs: dict[str, list[dict]] = {k: [] for k in trees}
-    try:
-        for r in range(a.rounds):
-            order = list(trees.items())[::1 if r % 2 == 0 else -1]
-            for label, tree in order:
-                runs[label].append(measure(tree, a))
-            print(f"round {r + 1}/{a.rounds} done", flush=True)
-    finally:
-        if a.before:
-            remove_tree(work / "before")
+    runs = against(a.before, a.rounds, lambda tree: measure(tree, a), "pyckpt-bench-copy-cost-")
+    trees = list(runs)
     this = runs["this tree"]
     for state in this[0]:
         n = this[0][state]["tensors"]

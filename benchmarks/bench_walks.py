@@ -25,15 +25,11 @@ Usage: python benchmarks/bench_walks.py [--before REV] [--rounds 3] [--reps 9]
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from harness import TREE_PRELUDE, remove_tree, tree_at
+from harness import against, child_json
 
 HERE = Path(__file__).resolve().parent
 
@@ -110,15 +106,8 @@ print(json.dumps(out))
 
 
 def measure(tree: Path | None, args: argparse.Namespace) -> dict:
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYCKPT_BENCH_TREE"] = str(tree)
-    r = subprocess.run([sys.executable, "-c", TREE_PRELUDE + MEASURE, str(HERE), str(args.mib),
-                        str(args.linears), str(args.reps)], capture_output=True, text=True,
-                       env=env, cwd=tempfile.gettempdir(), timeout=1800)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-3000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return child_json(MEASURE, [str(HERE), str(args.mib), str(args.linears), str(args.reps)],
+                      tree)
 
 
 def main() -> int:
@@ -129,20 +118,7 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=64, help="MiB of the dict state")
     ap.add_argument("--linears", type=int, default=290, help="Linear layers of the module state")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pyckpt-bench-walks-"))
-    trees: dict[str, Path | None] = {"this tree": None}
-    if a.before:
-        trees[a.before] = tree_at(a.before, work / "before")
-    runs: dict[str, list[dict]] = {k: [] for k in trees}
-    try:
-        for r in range(a.rounds):
-            order = list(trees.items())[::1 if r % 2 == 0 else -1]
-            for label, tree in order:
-                runs[label].append(measure(tree, a))
-            print(f"round {r + 1}/{a.rounds} done", flush=True)
-    finally:
-        if a.before:
-            remove_tree(work / "before")
+    runs = against(a.before, a.rounds, lambda tree: measure(tree, a), "pyckpt-bench-walks-")
     this = runs["this tree"]
     for state in this[0]:
         print(f"\n{state}: {this[0][state]['values']} values, median of {a.rounds} rounds "

@@ -127,6 +127,46 @@ def remove_tree(where: Path) -> None:
     shutil.rmtree(where, ignore_errors=True)
 
 
+def against(before: str | None, rounds: int, measure: Callable[[Path | None], dict],
+            prefix: str) -> dict[str, list[dict]]:
+    """``measure(tree)`` for this tree (None) and, with ``before``, a :func:`tree_at`
+    checkout of that revision, ``rounds`` times, the order alternating each round;
+    ``{"this tree": [results], before: [results]}``. The checkout is removed after."""
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    trees: dict[str, Path | None] = {"this tree": None}
+    if before:
+        trees[before] = tree_at(before, work / "before")
+    runs: dict[str, list[dict]] = {k: [] for k in trees}
+    try:
+        for r in range(rounds):
+            for label, tree in list(trees.items())[::1 if r % 2 == 0 else -1]:
+                runs[label].append(measure(tree))
+            print(f"round {r + 1}/{rounds} done", flush=True)
+    finally:
+        if before:
+            remove_tree(work / "before")
+    return runs
+
+
+def child_json(code: str, argv: list[str], tree: Path | None, env: dict | None = None) -> dict:
+    """The JSON of the last line ``code`` prints, run with :data:`TREE_PRELUDE` in a
+    new Python process (pyckpt from ``tree``'s checkout where given) in the temporary
+    directory; RuntimeError with its stderr when it fails."""
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ if env is None else env)
+    if tree is not None:
+        env["PYCKPT_BENCH_TREE"] = str(tree)
+    r = subprocess.run([sys.executable, "-c", TREE_PRELUDE + code, *argv], capture_output=True,
+                       text=True, env=env, cwd=tempfile.gettempdir(), timeout=1800)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def optional_import(name: str):
     """The module, or None when it is missing or broken (a broken install counts as missing)."""
     try:
