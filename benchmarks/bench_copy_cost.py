@@ -46,13 +46,14 @@ from harness import against, child_json
 HERE = Path(__file__).resolve().parent
 
 MEASURE = """
-import json, statistics, sys, time
+import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 import pyckpt
 from pyckpt.device.array import DeviceArray
 from device_proxy import install
 from bench_gpu import build_state
+from harness import median_best
 
 mib, reps = int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)
@@ -60,13 +61,7 @@ install()
 
 
 def med(fn):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return [statistics.median(ts), min(ts)]
+    return list(median_best(fn, reps))
 
 
 def seq(seed):

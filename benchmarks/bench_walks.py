@@ -39,19 +39,14 @@ sys.path.insert(0, sys.argv[1])
 import torch
 import pyckpt
 from bench_gpu import build_state
+from harness import median_best
 
 mib, linears, reps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
 
 
 def med(fn):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return median_best(fn, reps)[0]
 
 
 def module_state(seed):

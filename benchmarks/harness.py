@@ -127,6 +127,17 @@ def remove_tree(where: Path) -> None:
     shutil.rmtree(where, ignore_errors=True)
 
 
+def median_best(fn: Callable[[], Any], reps: int) -> tuple[float, float]:
+    """(median, best) seconds of ``reps`` calls of ``fn``, after one call not timed."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), min(ts)
+
+
 def against(before: str | None, rounds: int, measure: Callable[[Path | None], dict],
             prefix: str) -> dict[str, list[dict]]:
     """``measure(tree)`` for this tree (None) and, with ``before``, a :func:`tree_at`

@@ -48,3 +48,14 @@ def fake_device():
 def tensor(shape, dtype=np.float32, seed=0, key=""):
     rng = np.random.default_rng(seed)
     return FakeTensor(rng.standard_normal(shape).astype(dtype), key)
+
+
+def layer_state(n, seed=0, rows=64, cols=33):
+    """n FakeTensors "layer{i}/w" of (rows, cols + i) values, keyed as a flat state."""
+    return {f"layer{i}/w": tensor((rows, cols + i), seed=seed + i, key=f"layer{i}/w")
+            for i in range(n)}
+
+
+def values_of(state):
+    """The values of a state of FakeTensors, as numpy arrays (copies)."""
+    return {k: v.numpy() for k, v in state.items()}

@@ -12,18 +12,9 @@ from pyckpt.device.buffers import _SHARED, StagingBuffers
 from pyckpt.testing.thread_comm import ThreadGroup
 from pyckpt.device.host_memory import touch_threads, touched
 
-from .conftest import tensor
+from .conftest import layer_state, tensor, values_of
 
 GiB = 1 << 30
-
-
-def _state(n=5, seed=0):
-    return {f"layer{i}/w": tensor((128, 40 + i), seed=seed + i, key=f"layer{i}/w")
-            for i in range(n)}
-
-
-def _values(state):
-    return {k: v.numpy() for k, v in state.items()}
 
 
 def _gated_pinning(engine, monkeypatch):
@@ -42,8 +33,8 @@ def _gated_pinning(engine, monkeypatch):
 
 
 def test_first_plain_save_never_waits_for_pinning(fake_device, monkeypatch, tmp_path):
-    state = _state()
-    expected = _values(state)
+    state = layer_state(5, rows=128, cols=40)
+    expected = values_of(state)
     gate, threads = _gated_pinning(fake_device, monkeypatch)
     try:
         h = pyckpt.save(state, tmp_path / "a", blocking=False)

@@ -10,16 +10,12 @@ import pyckpt
 from pyckpt.device.buffers import _SHARED, StagingBuffers
 from pyckpt.device.staging import stage_values
 
-from .conftest import FakeTensor, tensor
+from .conftest import layer_state, tensor
+from .conftest import values_of as _expect
 
 
 def _state(n=12, seed=0):
-    return {f"layer{i}/w": tensor((64, 33 + i), seed=seed + i, key=f"layer{i}/w")
-            for i in range(n)}
-
-
-def _expect(state):
-    return {k: v.numpy() for k, v in state.items()}
+    return layer_state(n, seed)
 
 
 def test_blocking_save_of_device_values(fake_device, tmp_path):
