@@ -53,7 +53,7 @@ import pyckpt
 from pyckpt.device.array import DeviceArray
 from device_proxy import install
 from bench_gpu import build_state
-from harness import median_best
+from harness import copy_rows, median_best
 
 mib, reps = int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)
@@ -94,19 +94,9 @@ cases = {
 }
 out = {}
 for name, (src, dst, csrc, cdst, a, b) in cases.items():
-    snap = src.snapshot()
+    rows, snap = copy_rows(med, src, dst, a, b, csrc, cdst)
     assert isinstance(snap.arrays[snap.keys()[0]], DeviceArray), "the proxy engine is not used"
-    row = out[name] = {"tensors": len(a)}
-
-    def foreach():
-        with torch.no_grad():
-            torch._foreach_copy_(b, a)
-
-    row["foreach"] = med(foreach)
-    row["copy_state"] = med(lambda: pyckpt.copy_state(csrc, cdst))
-    row["snapshot()"] = med(lambda: src.snapshot())
-    row["snapshot(into=)"] = med(lambda: src.snapshot(into=snap))
-    row["restore(snapshot)"] = med(lambda: dst.restore(snap))
+    out[name] = {"tensors": len(a), **rows}
 print(json.dumps(out))
 """
 

@@ -39,7 +39,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 import pyckpt
 from bench_gpu import build_state
-from harness import median_best
+from harness import copy_rows, median_best
 
 mib, linears, reps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
@@ -73,19 +73,8 @@ pairs = {
     "module": (module_state(0), module_state(1)),
 }
 for name, (src, dst) in pairs.items():
-    a, b = tensors(src), tensors(dst)
-    row = out[name] = {"values": len(src.snapshot())}
-
-    def foreach():
-        with torch.no_grad():
-            torch._foreach_copy_(b, a)
-
-    row["foreach"] = med(foreach)
-    row["copy_state"] = med(lambda: pyckpt.copy_state(src, dst))
-    row["snapshot()"] = med(lambda: src.snapshot())
-    snap = src.snapshot()
-    row["snapshot(into=)"] = med(lambda: src.snapshot(into=snap))
-    row["restore(snapshot)"] = med(lambda: dst.restore(snap))
+    rows, snap = copy_rows(med, src, dst, tensors(src), tensors(dst))
+    row = out[name] = {"values": len(snap), **rows}
     n = [0]
 
     def write():

@@ -138,6 +138,29 @@ def median_best(fn: Callable[[], Any], reps: int) -> tuple[float, float]:
     return statistics.median(ts), min(ts)
 
 
+def copy_rows(med: Callable[[Callable[[], Any]], Any], src: Any, dst: Any, a: list, b: list,
+              copy_src: Any = None, copy_dst: Any = None) -> tuple[dict, Any]:
+    """The in-memory copy timings of bench_copy_cost and bench_walks, each ``med(fn)``:
+    ``torch._foreach_copy_`` of tensors ``a`` into ``b`` (the limit), ``copy_state``
+    (of ``copy_src`` into ``copy_dst``; default the two Checkpoints), ``snapshot()``,
+    ``snapshot(into=)`` and ``restore(snapshot)`` of Checkpoints ``src`` and ``dst``;
+    (the rows, the snapshot restored)."""
+    import pyckpt
+    import torch
+
+    def foreach() -> None:
+        with torch.no_grad():
+            torch._foreach_copy_(b, a)
+
+    cs, cd = (src, dst) if copy_src is None else (copy_src, copy_dst)
+    row = {"foreach": med(foreach), "copy_state": med(lambda: pyckpt.copy_state(cs, cd)),
+           "snapshot()": med(lambda: src.snapshot())}
+    snap = src.snapshot()
+    row["snapshot(into=)"] = med(lambda: src.snapshot(into=snap))
+    row["restore(snapshot)"] = med(lambda: dst.restore(snap))
+    return row, snap
+
+
 def against(before: str | None, rounds: int, measure: Callable[[Path | None], dict],
             prefix: str) -> dict[str, list[dict]]:
     """``measure(tree)`` for this tree (None) and, with ``before``, a :func:`tree_at`
